@@ -1,0 +1,371 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/edgegw/edgegw/gateway/packet"
+)
+
+// refuse answers CONNECT with an error code and ends the connection.
+func (c *client) refuse(code packet.ReasonCode, why string) error {
+	ack := &packet.Connack{ReasonCode: code}
+	if c.version != packet.V5 {
+		ack.ReasonCode = v3ConnackCode(code)
+	}
+	c.writeRaw(ack, c.version)
+	c.setReason(CloseNotAuthorized)
+	if code == packet.ClientIDNotValid || code == packet.BadAuthenticationMethod || code == packet.ProtocolError {
+		c.reason.Store(int32(CloseProtocolError))
+	}
+	return fmt.Errorf("connect refused: %s: %s", code, why)
+}
+
+// v3ConnackCode maps a v5 reason code to the 3.1.1 return code.
+func v3ConnackCode(code packet.ReasonCode) packet.ReasonCode {
+	switch code {
+	case packet.UnsupportedProtocolVersion:
+		return packet.V3RefusedProtocolVersion
+	case packet.ClientIDNotValid:
+		return packet.V3RefusedIdentifierRejected
+	case packet.BadUsernameOrPassword:
+		return packet.V3RefusedBadUsernameOrPassword
+	case packet.NotAuthorized, packet.BadAuthenticationMethod:
+		return packet.V3RefusedNotAuthorized
+	default:
+		return packet.V3RefusedServerUnavailable
+	}
+}
+
+func (c *client) handleConnect(cp *packet.Connect) error {
+	o := &c.srv.opts
+	c.version = cp.Version
+	c.id = cp.ClientID
+	var ackProps packet.Properties
+
+	if c.version == packet.V5 && cp.Props.Has(packet.PropAuthMethod) {
+		return c.refuse(packet.BadAuthenticationMethod, "enhanced authentication is not supported")
+	}
+	if c.id == "" {
+		switch {
+		case c.version == packet.V5:
+			c.id = newClientID()
+			ackProps.AssignedClientID = c.id // [MQTT-3.2.2-16]
+			ackProps.Set(packet.PropAssignedClientID)
+		case c.version == packet.V311 && cp.CleanStart:
+			c.id = newClientID() // [MQTT-3.1.3-6]
+		default:
+			return c.refuse(packet.ClientIDNotValid, "empty client id") // [MQTT-3.1.3-8]
+		}
+	}
+	c.log = c.log.With("client", c.id)
+
+	// Authentication.
+	c.username = cp.Username
+	if c.certCN != "" && !cp.UsernameFlag {
+		c.username = c.certCN
+	}
+	if c.username == "" && !cp.UsernameFlag && c.certCN == "" && !o.AllowAnonymous {
+		return c.refuse(packet.NotAuthorized, "anonymous clients are not allowed")
+	}
+	if o.Authenticator != nil && (cp.UsernameFlag || !o.AllowAnonymous) {
+		if err := o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN); err != nil {
+			c.log.Info("authentication failed", "user", c.username, "err", err)
+			return c.refuse(packet.BadUsernameOrPassword, err.Error())
+		}
+	}
+
+	// Session expiry.
+	var expiry time.Duration
+	switch {
+	case c.version == packet.V5:
+		if cp.Props.Has(packet.PropSessionExpiry) {
+			expiry = c.srv.capExpiry(cp.Props.SessionExpiry)
+		}
+	case !cp.CleanStart:
+		expiry = o.MaxSessionExpiry // 3.1/3.1.1 persistent sessions
+	}
+
+	// Keepalive.
+	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	if c.version == packet.V5 {
+		ka := c.keepAlive
+		if o.ServerKeepAlive > 0 {
+			ka = o.ServerKeepAlive
+		}
+		if o.MaxKeepAlive > 0 && (ka == 0 || ka > o.MaxKeepAlive) {
+			ka = o.MaxKeepAlive
+		}
+		if ka != c.keepAlive {
+			c.keepAlive = ka
+			ackProps.ServerKeepAlive = uint16(ka / time.Second) // [MQTT-3.2.2-21]
+			ackProps.Set(packet.PropServerKeepAlive)
+		}
+	}
+
+	// Flow control and sizes the client asked for.
+	c.window = o.MaxInflight
+	if c.version == packet.V5 {
+		if cp.Props.Has(packet.PropReceiveMaximum) {
+			if cp.Props.ReceiveMaximum == 0 {
+				return c.refuse(packet.ProtocolError, "receive maximum 0") // [MQTT-3.1.2-?] v5 3.1.2.11.3
+			}
+			c.window = min(c.window, int(cp.Props.ReceiveMaximum))
+		}
+		if cp.Props.Has(packet.PropMaximumPacketSize) {
+			if cp.Props.MaximumPacketSize == 0 {
+				return c.refuse(packet.ProtocolError, "maximum packet size 0")
+			}
+			c.maxOut = cp.Props.MaximumPacketSize
+		}
+		c.aliasMaxOut = cp.Props.TopicAliasMaximum
+		ackProps.MaximumPacketSize = uint32(o.MaxPacketSize)
+		ackProps.Set(packet.PropMaximumPacketSize)
+		ackProps.TopicAliasMaximum = o.TopicAliasMaximum
+		ackProps.Set(packet.PropTopicAliasMaximum)
+	}
+
+	// Will.
+	if w := cp.Will; w != nil {
+		if az := o.Authorizer; az != nil && !az.CanPublish(c.username, c.id, w.Topic) {
+			return c.refuse(packet.NotAuthorized, "will topic not allowed: "+w.Topic)
+		}
+		c.will = &Message{Topic: w.Topic, Payload: w.Payload, QoS: w.QoS, Retain: w.Retain,
+			Props: passThrough(&w.Props), Origin: c.id}
+		if c.version == packet.V5 {
+			c.willDelay = time.Duration(w.Props.WillDelay) * time.Second
+			if w.Props.Has(packet.PropMessageExpiry) {
+				c.willExpiry = time.Duration(w.Props.MessageExpiry) * time.Second
+			}
+		}
+	}
+
+	res := c.srv.reg.attach(c, c.id, cp.CleanStart, expiry)
+	c.sess = res.sess
+	if res.oldConn != nil {
+		c.log.Info("session taken over")
+		res.oldConn.closeWith(CloseTakenOver, packet.SessionTakenOver) // [MQTT-3.1.4-3]
+	}
+	present := res.present && c.version != packet.V31
+	ack := &packet.Connack{SessionPresent: present, Props: ackProps}
+	c.wmu.Lock()
+	c.ctrl = append(c.ctrl, ack)
+	c.ready = true // publishes may follow CONNACK now
+	c.startWriterLocked()
+	c.wmu.Unlock()
+	c.log.Debug("client connected", "version", int(c.version), "clean", cp.CleanStart, "present", present, "keepalive", c.keepAlive)
+	return nil
+}
+
+func (c *client) handlePublish(p *packet.Publish) error {
+	o := &c.srv.opts
+	if c.version == packet.V5 && p.Props.Has(packet.PropTopicAlias) {
+		a := p.Props.TopicAlias
+		if a == 0 || a > o.TopicAliasMaximum {
+			return c.protocolError(packet.TopicAliasInvalid, "topic alias %d", a) // [MQTT-3.3.2-9]
+		}
+		if p.Topic == "" {
+			t, ok := c.inAliases[a]
+			if !ok {
+				return c.protocolError(packet.ProtocolError, "unknown topic alias %d", a)
+			}
+			p.Topic = t
+		} else {
+			if c.inAliases == nil {
+				c.inAliases = make(map[uint16]string)
+			}
+			c.inAliases[a] = p.Topic
+		}
+	}
+	if p.Topic == "" {
+		return c.protocolError(packet.TopicNameInvalid, "empty topic")
+	}
+	if strings.HasPrefix(p.Topic, "$") && !strings.HasPrefix(p.Topic, "$share/") {
+		// Clients may not publish into the broker's own namespaces.
+		if strings.HasPrefix(p.Topic, "$SYS") {
+			return c.ack(p, packet.NotAuthorized)
+		}
+	}
+	if az := o.Authorizer; az != nil && !az.CanPublish(c.username, c.id, p.Topic) {
+		c.log.Debug("publish not authorized", "topic", p.Topic)
+		return c.ack(p, packet.NotAuthorized)
+	}
+	m := &Message{
+		Topic:   p.Topic,
+		Payload: p.Payload, // the decoder gives each packet its own buffer
+		QoS:     p.QoS,
+		Retain:  p.Retain,
+		Origin:  c.id,
+	}
+	if c.version == packet.V5 {
+		m.Props = passThrough(&p.Props)
+		if p.Props.Has(packet.PropMessageExpiry) {
+			m.Expiry = time.Now().Add(time.Duration(p.Props.MessageExpiry) * time.Second)
+		}
+	}
+	switch p.QoS {
+	case 0:
+		c.srv.route(m)
+		return nil
+	case 1:
+		if err := c.srv.route(m); err != nil {
+			return c.notKept(p, err)
+		}
+		return c.ack(p, packet.Success)
+	default:
+		fresh, owner := c.sess.receiveQoS2(c, p.PacketID)
+		if !owner {
+			return errClosed
+		}
+		if fresh {
+			if err := c.srv.route(m); err != nil {
+				c.sess.forgetQoS2(c, p.PacketID)
+				return c.notKept(p, err)
+			}
+		} // else: a duplicate, re-acknowledged and not delivered again [MQTT-4.3.3-9]
+		return c.ack(p, packet.Success)
+	}
+}
+
+// ack answers a QoS 1/2 PUBLISH (nothing for QoS 0). Before v5 there is no
+// negative ack: the message is acknowledged and dropped, as mosquitto does.
+func (c *client) ack(p *packet.Publish, code packet.ReasonCode) error {
+	if c.version != packet.V5 {
+		code = packet.Success
+	}
+	switch p.QoS {
+	case 1:
+		c.sendCtrl(&packet.Puback{PacketID: p.PacketID, ReasonCode: code})
+	case 2:
+		c.sendCtrl(&packet.Pubrec{PacketID: p.PacketID, ReasonCode: code})
+	}
+	return nil
+}
+
+// notKept handles a message a sink (bridge spool) could not store: a v5
+// client gets a negative ack; a 3.1.1 client, which has no such thing, is
+// disconnected without an ack so it sends the message again later — never
+// acknowledge what was not kept.
+func (c *client) notKept(p *packet.Publish, err error) error {
+	c.log.Warn("message not stored", "topic", p.Topic, "err", err)
+	if c.version == packet.V5 {
+		return c.ack(p, packet.ImplementationSpecificError)
+	}
+	c.setReason(CloseWriteError)
+	return fmt.Errorf("publish %q not stored: %w", p.Topic, err)
+}
+
+func (c *client) handleSubscribe(p *packet.Subscribe) error {
+	o := &c.srv.opts
+	codes := make([]packet.ReasonCode, len(p.Subscriptions))
+	type retainedSend struct {
+		filter string
+		sub    subscription
+	}
+	var sends []retainedSend
+	var subID uint32
+	if c.version == packet.V5 && len(p.Props.SubscriptionIDs) > 0 {
+		subID = p.Props.SubscriptionIDs[0]
+	}
+	for i, rs := range p.Subscriptions {
+		group, inner, shared := packet.SplitShared(rs.Filter)
+		if shared && rs.NoLocal {
+			return c.protocolError(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
+		}
+		if az := o.Authorizer; az != nil && !az.CanSubscribe(c.username, c.id, rs.Filter) {
+			codes[i] = packet.NotAuthorized
+			if c.version != packet.V5 {
+				codes[i] = packet.V3SubackFailure
+			}
+			continue
+		}
+		qos := min(rs.QoS, 2)
+		sub := subscription{sess: c.sess, qos: qos, noLocal: rs.NoLocal, rap: rs.RetainAsPublished,
+			rh: rs.RetainHandling, subID: subID, group: group}
+		existed, ok := c.sess.subscribe(c, rs.Filter, inner, sub)
+		if !ok {
+			return errClosed
+		}
+		codes[i] = packet.ReasonCode(qos)
+		// Retained messages: not for shared subscriptions; v5 retain
+		// handling 1 = only if new, 2 = never [MQTT-3.3.1-9..11].
+		if !shared && (rs.RetainHandling == 0 || (rs.RetainHandling == 1 && !existed)) {
+			sends = append(sends, retainedSend{inner, sub})
+		}
+	}
+	c.sendCtrl(&packet.Suback{PacketID: p.PacketID, ReasonCodes: codes})
+	now := time.Now()
+	for _, rs := range sends {
+		var ids []uint32
+		if rs.sub.subID != 0 {
+			ids = []uint32{rs.sub.subID}
+		}
+		c.srv.retained.Match(rs.filter, func(_ string, m *Message) {
+			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now) // [MQTT-3.3.1-8] retain flag set
+		})
+	}
+	return nil
+}
+
+func (c *client) handleUnsubscribe(p *packet.Unsubscribe) error {
+	codes := make([]packet.ReasonCode, len(p.Filters))
+	for i, f := range p.Filters {
+		found, ok := c.sess.unsubscribe(c, f)
+		if !ok {
+			return errClosed
+		}
+		if !found {
+			codes[i] = packet.NoSubscriptionExisted
+		}
+	}
+	ack := &packet.Unsuback{PacketID: p.PacketID}
+	if c.version == packet.V5 {
+		ack.ReasonCodes = codes
+	}
+	c.sendCtrl(ack)
+	return nil
+}
+
+// subscribe adds or replaces a subscription. filter is as the client sent
+// it, inner without a $share prefix.
+func (s *session) subscribe(c *client, filter, inner string, sub subscription) (existed, owner bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c || s.destroyed {
+		return false, false
+	}
+	_, existed = s.subs[filter]
+	s.subs[filter] = sub
+	if !existed && isSys(filter) {
+		s.srv.sysSubs.Add(1)
+	}
+	s.srv.subs.Add(inner, treeKey(s.id, sub.group), sub) // [MQTT-3.8.4-3] replaces
+	return existed, true
+}
+
+func (s *session) unsubscribe(c *client, filter string) (found, owner bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c || s.destroyed {
+		return false, false
+	}
+	sub, found := s.subs[filter]
+	if found {
+		delete(s.subs, filter)
+		if isSys(filter) {
+			s.srv.sysSubs.Add(-1)
+		}
+		s.srv.subs.Remove(treeFilter(filter), treeKey(s.id, sub.group))
+	}
+	return found, true
+}
+
+// publishWill publishes a will message.
+func (s *Server) publishWill(w *Message) {
+	if err := s.route(w); err != nil {
+		s.log.Warn("will not stored by a sink", "topic", w.Topic, "err", err)
+	}
+}
+
+func isSys(filter string) bool { return strings.HasPrefix(filter, "$SYS") }

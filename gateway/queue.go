@@ -1,0 +1,96 @@
+package gateway
+
+// queued is one message waiting in a session's queue, with the per-
+// subscription delivery details decided when it was routed.
+type queued struct {
+	msg    *Message
+	qos    byte     // granted: min(message QoS, subscription QoS)
+	retain bool     // retain flag as it goes on the wire
+	subIDs []uint32 // v5 subscription identifiers of the matching subscriptions
+}
+
+// deque is a FIFO ring of queued messages. It grows by doubling and shrinks
+// back when it empties, so a session that once had a burst does not keep a
+// large buffer. Not safe for concurrent use: the owning session's mutex
+// guards it.
+type deque struct {
+	buf        []queued
+	head, size int
+	qos0       int // how many entries have qos 0 (overflow drops these first)
+}
+
+func (d *deque) len() int { return d.size }
+
+func (d *deque) push(q queued) {
+	if d.size == len(d.buf) {
+		d.grow()
+	}
+	d.buf[(d.head+d.size)%len(d.buf)] = q
+	d.size++
+	if q.qos == 0 {
+		d.qos0++
+	}
+}
+
+func (d *deque) grow() {
+	n := len(d.buf) * 2
+	if n == 0 {
+		n = 4
+	}
+	nb := make([]queued, n)
+	for i := 0; i < d.size; i++ {
+		nb[i] = d.buf[(d.head+i)%len(d.buf)]
+	}
+	d.buf, d.head = nb, 0
+}
+
+func (d *deque) front() *queued { return &d.buf[d.head] }
+
+func (d *deque) pop() queued {
+	q := d.buf[d.head]
+	d.buf[d.head] = queued{}
+	d.head = (d.head + 1) % len(d.buf)
+	d.size--
+	if q.qos == 0 {
+		d.qos0--
+	}
+	if d.size == 0 {
+		d.head = 0
+		if len(d.buf) > 64 {
+			d.buf = nil // release a burst's buffer
+		}
+	}
+	return q
+}
+
+// removeFirstQoS0 removes the oldest QoS 0 entry and returns it.
+func (d *deque) removeFirstQoS0() (queued, bool) {
+	if d.qos0 == 0 {
+		return queued{}, false
+	}
+	for i := 0; i < d.size; i++ {
+		idx := (d.head + i) % len(d.buf)
+		if d.buf[idx].qos != 0 {
+			continue
+		}
+		q := d.buf[idx]
+		// Shift the entries before it one place towards the tail.
+		for j := i; j > 0; j-- {
+			d.buf[(d.head+j)%len(d.buf)] = d.buf[(d.head+j-1)%len(d.buf)]
+		}
+		d.buf[d.head] = queued{}
+		d.head = (d.head + 1) % len(d.buf)
+		d.size--
+		d.qos0--
+		return q, true
+	}
+	return queued{}, false
+}
+
+// drain empties the deque, calling fn for each entry.
+func (d *deque) drain(fn func(queued)) {
+	for d.size > 0 {
+		fn(d.pop())
+	}
+	d.buf = nil
+}

@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/edgegw/edgegw/gateway/packet"
+)
+
+// readLoop reads and handles packets until the connection ends. It returns
+// the error that ended it; the close reason is recorded in c.reason.
+func (c *client) readLoop() error {
+	max := c.srv.opts.MaxPacketSize
+	// [MQTT-3.1.0-1] the first packet must be CONNECT, within connect_timeout.
+	c.conn.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
+	c.br = getReader(c.conn)
+	if head, err := c.br.Peek(4); err == nil && looksLikeHTTP(head) {
+		c.setReason(CloseProtocolError)
+		c.log.Warn("http request on an mqtt port; use a websocket listener", "reason", CloseProtocolError.String())
+		return errors.New("http request on mqtt port")
+	}
+	pk, err := packet.Decode(c.br, 0, max)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.setReason(CloseConnectTimeout)
+			return fmt.Errorf("no connect within %s", c.srv.opts.ConnectTimeout)
+		}
+		if errors.Is(err, packet.UnsupportedProtocolVersion) {
+			// [MQTT-3.1.2-2] return code 0x01 and close. v3 form: v5 clients
+			// accept it too when they asked for an unknown level.
+			c.writeRaw(&packet.Connack{ReasonCode: packet.V3RefusedProtocolVersion}, packet.V311)
+		}
+		return c.readFailed(err)
+	}
+	cp, ok := pk.(*packet.Connect)
+	if !ok {
+		c.setReason(CloseProtocolError)
+		return fmt.Errorf("first packet is %T, not CONNECT", pk)
+	}
+	if err := c.handleConnect(cp); err != nil {
+		return err
+	}
+
+	for {
+		if c.br.Buffered() == 0 {
+			// Idle: give the buffer back and wait with a one-byte read.
+			putReader(c.br)
+			c.br = nil
+			c.setReadDeadline()
+			if _, err := io.ReadFull(c.conn, c.pr.b[:]); err != nil {
+				return c.readFailed(err)
+			}
+			c.pr.has = true
+			c.br = getReader(&c.pr)
+		} else {
+			c.setReadDeadline()
+		}
+		pk, err := packet.Decode(c.br, c.version, max)
+		if err != nil {
+			return c.readFailed(err)
+		}
+		if err := c.handle(pk); err != nil {
+			return err
+		}
+	}
+}
+
+func looksLikeHTTP(b []byte) bool {
+	for _, m := range [][]byte{[]byte("GET "), []byte("POST"), []byte("HEAD"), []byte("PUT "), []byte("OPTI")} {
+		if bytes.Equal(b, m) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *client) setReadDeadline() {
+	if c.keepAlive > 0 {
+		c.conn.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2)) // [MQTT-3.1.2-24]
+	} else {
+		c.conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// readFailed classifies a read error into a close reason and, for protocol
+// errors, tells a v5 client why.
+func (c *client) readFailed(err error) error {
+	var ne net.Error
+	var pe *packet.Error
+	switch {
+	case errors.As(err, &pe):
+		c.log.Info("protocol error", "client", c.id, "err", err)
+		c.closeWith(CloseProtocolError, pe.Code)
+		return err
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		c.setReason(ClosePeerClosed)
+	case errors.As(err, &ne) && ne.Timeout():
+		c.closeWith(CloseKeepAlive, packet.KeepAliveTimeout)
+	default:
+		c.setReason(CloseReadError)
+	}
+	return err
+}
+
+// protocolError ends the connection for a violation found while handling.
+func (c *client) protocolError(code packet.ReasonCode, format string, args ...any) error {
+	err := packet.Errorf(code, format, args...)
+	c.log.Info("protocol error", "client", c.id, "err", err)
+	c.closeWith(CloseProtocolError, code)
+	return err
+}
+
+// writeRaw writes p directly, before a writer exists (refused CONNECT).
+func (c *client) writeRaw(p packet.Packet, v packet.Version) {
+	b, err := packet.Append(nil, p, v)
+	if err != nil {
+		return
+	}
+	c.conn.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
+	c.conn.Write(b)
+}
+
+func (c *client) handle(pk packet.Packet) error {
+	switch p := pk.(type) {
+	case *packet.Publish:
+		return c.handlePublish(p)
+	case *packet.Puback:
+		if c.sess.ackPuback(c, p.PacketID) {
+			c.kick()
+		}
+	case *packet.Pubrec:
+		sendRel, found := c.sess.ackPubrec(c, p.PacketID, p.ReasonCode)
+		if sendRel {
+			rel := &packet.Pubrel{PacketID: p.PacketID}
+			if !found && c.version == packet.V5 {
+				rel.ReasonCode = packet.PacketIDNotFound
+			}
+			c.sendCtrl(rel)
+		} else if found {
+			c.kick()
+		}
+	case *packet.Pubrel:
+		found := c.sess.forgetQoS2(c, p.PacketID)
+		comp := &packet.Pubcomp{PacketID: p.PacketID}
+		if !found && c.version == packet.V5 {
+			comp.ReasonCode = packet.PacketIDNotFound
+		}
+		c.sendCtrl(comp)
+	case *packet.Pubcomp:
+		if c.sess.ackPubcomp(c, p.PacketID) {
+			c.kick()
+		}
+	case *packet.Subscribe:
+		return c.handleSubscribe(p)
+	case *packet.Unsubscribe:
+		return c.handleUnsubscribe(p)
+	case *packet.Pingreq:
+		c.sendCtrl(&packet.Pingresp{})
+	case *packet.Disconnect:
+		return c.handleDisconnect(p)
+	case *packet.Connect:
+		return c.protocolError(packet.ProtocolError, "second CONNECT") // [MQTT-3.1.0-2]
+	case *packet.Auth:
+		return c.protocolError(packet.ProtocolError, "AUTH without an authentication method")
+	default:
+		return c.protocolError(packet.ProtocolError, "%T is not sent by clients", pk)
+	}
+	return nil
+}
+
+func (c *client) handleDisconnect(p *packet.Disconnect) error {
+	if c.version == packet.V5 {
+		if p.Props.Has(packet.PropSessionExpiry) {
+			c.sess.mu.Lock()
+			zero := c.sess.expiry == 0
+			if c.sess.conn == c && !(zero && p.Props.SessionExpiry != 0) {
+				c.sess.expiry = c.srv.capExpiry(p.Props.SessionExpiry)
+			}
+			c.sess.mu.Unlock()
+			if zero && p.Props.SessionExpiry != 0 {
+				return c.protocolError(packet.ProtocolError, "session expiry set on DISCONNECT after 0 on CONNECT") // [MQTT-3.14.2-2]
+			}
+		}
+		if p.ReasonCode == packet.DisconnectWithWill {
+			c.keepWill = true // v5 DISCONNECT 0x04: publish the will anyway
+			c.setReason(CloseClientDisconnect)
+			return io.EOF
+		}
+	}
+	c.setReason(CloseClientDisconnect)
+	return io.EOF
+}
+
+func (s *Server) capExpiry(secs uint32) time.Duration {
+	if secs == 0xFFFFFFFF {
+		return s.opts.MaxSessionExpiry
+	}
+	d := time.Duration(secs) * time.Second
+	return min(d, s.opts.MaxSessionExpiry)
+}

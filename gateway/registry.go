@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"sync"
+	"time"
+)
+
+// registry owns the life of every session: create, resume, take over,
+// expire and destroy are decided here and nowhere else (field report 002:
+// a session dropped by one path while another still referenced its queue
+// leaked it). Destroying a session releases it whole.
+type registry struct {
+	srv      *Server
+	mu       sync.Mutex
+	sessions map[string]*session
+	closed   bool
+}
+
+func (r *registry) init(srv *Server) {
+	r.srv = srv
+	r.sessions = make(map[string]*session)
+}
+
+// attachResult tells the connection what it got.
+type attachResult struct {
+	sess    *session
+	present bool    // session present flag for CONNACK
+	oldConn *client // connection that was taken over, to be closed by the caller
+}
+
+// attach gives c the session for id. cleanStart discards an existing
+// session; otherwise an existing one is resumed. A connection still owning
+// the session loses it first (takeover). expiry is the session expiry the
+// new connection asked for (already capped).
+func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Duration) attachResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var res attachResult
+	old := r.sessions[id]
+	if old != nil {
+		old.mu.Lock()
+		if old.conn != nil {
+			res.oldConn = old.conn
+			old.conn = nil
+			old.online.Store(false)
+			r.srv.stats.takeovers.Add(1)
+		}
+		if cleanStart {
+			old.release() // [MQTT-3.1.2-4] / v5 [MQTT-3.1.2-4]
+			old.mu.Unlock()
+			delete(r.sessions, id)
+			old = nil
+		} else {
+			old.mu.Unlock()
+		}
+	}
+	s := old
+	if s == nil {
+		s = newSession(r.srv, id)
+		r.sessions[id] = s
+	} else {
+		res.present = true // [MQTT-3.2.2-2]
+	}
+	s.mu.Lock()
+	s.conn = c
+	s.online.Store(true)
+	s.expiry = expiry
+	if s.expiryTimer != nil {
+		s.expiryTimer.Stop()
+		s.expiryTimer = nil
+	}
+	if s.willTimer != nil { // resumed before the delayed will was due
+		s.willTimer.Stop()
+		s.willTimer = nil
+		s.will = nil
+	}
+	if len(s.inflight) > 0 {
+		s.needResend = true
+		for _, f := range s.inflight {
+			f.resend = true
+		}
+	}
+	s.mu.Unlock()
+	res.sess = s
+	return res
+}
+
+// detach is called when c's network connection has ended. If c still owns
+// the session, the session either expires later (persistent) or is
+// destroyed now. will is the connection's will to publish, nil if none;
+// detach schedules it per the will delay. It reports whether c still owned
+// the session.
+func (r *registry) detach(c *client, s *session, will *Message, willDelay time.Duration) {
+	r.mu.Lock()
+	s.mu.Lock()
+	if s.conn != c {
+		// Taken over: the session belongs to someone else now. The will is
+		// published unless it was delayed and the session lives on.
+		gone := s.destroyed
+		s.mu.Unlock()
+		r.mu.Unlock()
+		if will != nil && (willDelay == 0 || gone) {
+			r.srv.publishWill(will)
+		}
+		return
+	}
+	s.conn = nil
+	s.online.Store(false)
+	if s.expiry == 0 || r.closed {
+		s.release()
+		if r.sessions[s.id] == s {
+			delete(r.sessions, s.id)
+		}
+		s.mu.Unlock()
+		r.mu.Unlock()
+		if will != nil {
+			r.srv.publishWill(will)
+		}
+		return
+	}
+	if will != nil {
+		delay := min(willDelay, s.expiry)
+		if delay == 0 {
+			defer r.srv.publishWill(will)
+		} else {
+			s.will = will
+			s.willTimer = time.AfterFunc(delay, func() { r.fireWill(s) })
+		}
+	}
+	if s.expiry < neverExpires {
+		s.expiryTimer = time.AfterFunc(s.expiry, func() { r.expire(s) })
+	}
+	s.mu.Unlock()
+	r.mu.Unlock()
+}
+
+// neverExpires is the v5 session expiry 0xFFFFFFFF, capped by the options
+// anyway; kept as a sentinel for clarity.
+const neverExpires = time.Duration(1<<63 - 1)
+
+func (r *registry) fireWill(s *session) {
+	s.mu.Lock()
+	w := s.will
+	s.will = nil
+	s.willTimer = nil
+	ok := s.conn == nil && !s.destroyed
+	s.mu.Unlock()
+	if w != nil && ok {
+		r.srv.publishWill(w)
+	}
+}
+
+// expire destroys s if it is still disconnected and still the registered
+// session for its id.
+func (r *registry) expire(s *session) {
+	r.mu.Lock()
+	s.mu.Lock()
+	if s.conn != nil || s.destroyed || r.sessions[s.id] != s {
+		s.mu.Unlock()
+		r.mu.Unlock()
+		return
+	}
+	w := s.will
+	s.will = nil
+	s.release()
+	delete(r.sessions, s.id)
+	s.mu.Unlock()
+	r.mu.Unlock()
+	r.srv.stats.expired.Add(1)
+	if w != nil {
+		r.srv.publishWill(w) // the session ended before the will delay
+	}
+}
+
+// shutdown stops every session timer; sessions stay in memory until the
+// process ends (persistence of sessions across restarts is not kept).
+func (r *registry) shutdown() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for _, s := range r.sessions {
+		s.mu.Lock()
+		if s.expiryTimer != nil {
+			s.expiryTimer.Stop()
+			s.expiryTimer = nil
+		}
+		if s.willTimer != nil {
+			s.willTimer.Stop()
+			s.willTimer = nil
+		}
+		s.mu.Unlock()
+	}
+}
+
+// counts returns connected and disconnected session counts.
+func (r *registry) counts() (connected, disconnected int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.sessions {
+		if s.online.Load() {
+			connected++
+		} else {
+			disconnected++
+		}
+	}
+	return connected, disconnected
+}

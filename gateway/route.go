@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/gateway/topics"
+)
+
+// subscription is one entry of the topic tree: a session's subscription with
+// its options. The tree key is the client id, or for shared subscriptions
+// "$share/<group>/" + client id, so a client can hold both kinds on a filter.
+type subscription struct {
+	sess    *session
+	qos     byte
+	noLocal bool
+	rap     bool // retain as published
+	rh      byte // retain handling
+	subID   uint32
+	group   string // shared subscription group, "" for a normal one
+}
+
+// target is one session a message goes to, after overlapping subscriptions
+// are merged: highest QoS, every subscription identifier.
+type target struct {
+	sess   *session
+	qos    byte
+	rap    bool
+	subIDs []uint32
+}
+
+type routing struct {
+	targets []target
+	shared  map[string][]subscription // group+"\x00"+filter -> members
+}
+
+var routingPool = sync.Pool{New: func() any { return new(routing) }}
+
+func (r *routing) add(sub subscription) {
+	for i := range r.targets {
+		t := &r.targets[i]
+		if t.sess == sub.sess {
+			if sub.qos > t.qos {
+				t.qos = sub.qos
+			}
+			t.rap = t.rap || sub.rap
+			if sub.subID != 0 {
+				t.subIDs = append(t.subIDs, sub.subID)
+			}
+			return
+		}
+	}
+	t := target{sess: sub.sess, qos: sub.qos, rap: sub.rap}
+	if sub.subID != 0 {
+		t.subIDs = []uint32{sub.subID}
+	}
+	r.targets = append(r.targets, t)
+}
+
+func (r *routing) reset() {
+	clear(r.targets)
+	r.targets = r.targets[:0]
+	for k := range r.shared {
+		delete(r.shared, k)
+	}
+}
+
+// route delivers m to every matching subscription and sink. It never blocks
+// on a subscriber: each delivery is an enqueue under that session's lock.
+// The error is a sink's (a bridge could not take the message durably); the
+// subscribers have been served regardless.
+func (s *Server) route(m *Message) error {
+	s.stats.received.Add(1)
+	if m.Retain {
+		s.retain(m)
+	}
+	sinkErr := s.sinks.deliver(m)
+
+	r := routingPool.Get().(*routing)
+	s.subs.Match(m.Topic, func(filter, key string, sub subscription) {
+		if sub.noLocal && sub.sess.id == m.Origin {
+			return // [MQTT-3.8.3-3] v5 no local
+		}
+		if sub.group != "" {
+			if r.shared == nil {
+				r.shared = make(map[string][]subscription)
+			}
+			k := sub.group + "\x00" + filter
+			r.shared[k] = append(r.shared[k], sub)
+			return
+		}
+		r.add(sub)
+	})
+	for k, members := range r.shared {
+		r.add(s.pickShared(k, members))
+	}
+	now := time.Now()
+	for _, t := range r.targets {
+		qos := min(m.QoS, t.qos)
+		t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now)
+	}
+	r.reset()
+	routingPool.Put(r)
+	return sinkErr
+}
+
+// pickShared chooses one member of a shared subscription group, round-robin
+// among connected members; if none is connected, among all (the message
+// waits in that member's persistent session).
+func (s *Server) pickShared(key string, members []subscription) subscription {
+	s.shareMu.Lock()
+	n := s.shareRR[key]
+	s.shareRR[key] = n + 1
+	s.shareMu.Unlock()
+	for i := range members {
+		m := members[(int(n)+i)%len(members)]
+		if m.sess.online.Load() {
+			return m
+		}
+	}
+	return members[int(n)%len(members)]
+}
+
+// Sink is an in-process consumer of messages, such as a bridge's spool. It is
+// called on the publisher's path, before the publisher is acknowledged, so a
+// QoS 1/2 message acknowledged locally is already in the sink. Accept must be
+// safe for concurrent use and must not call back into the Server's routing.
+type Sink interface {
+	// Accept takes the message. An error means it could not be kept; the
+	// publisher is then not acknowledged as successful.
+	Accept(m *Message) error
+}
+
+type sinkEntry struct {
+	name string
+	sink Sink
+}
+
+// sinkSet holds the sinks by filter in their own tree, so the bridges' rules
+// are matched the same way as subscriptions.
+type sinkSet struct {
+	tree *topics.Tree[sinkEntry]
+	once sync.Once
+}
+
+func (ss *sinkSet) t() *topics.Tree[sinkEntry] {
+	ss.once.Do(func() { ss.tree = topics.NewTree[sinkEntry]() })
+	return ss.tree
+}
+
+// AddSink registers sink under name for messages matching filter. Messages
+// whose Origin is "$bridge/<name>" are never given back to the same sink
+// (loop prevention). A sink may be added for several filters; a message
+// matching more than one is given once.
+func (s *Server) AddSink(name, filter string, sink Sink) error {
+	if err := packet.ValidTopicFilter(filter); err != nil {
+		return fmt.Errorf("sink %s: filter %q: %w", name, filter, err)
+	}
+	s.sinks.t().Add(filter, name, sinkEntry{name: name, sink: sink})
+	return nil
+}
+
+// RemoveSink removes name's registration for filter.
+func (s *Server) RemoveSink(name, filter string) { s.sinks.t().Remove(filter, name) }
+
+// BridgeOrigin is the Origin of a message that entered through bridge name.
+func BridgeOrigin(name string) string { return "$bridge/" + name }
+
+func (ss *sinkSet) deliver(m *Message) error {
+	if ss.tree == nil || ss.t().Len() == 0 {
+		return nil
+	}
+	var buf [4]sinkEntry
+	picked := buf[:0]
+	ss.t().Match(m.Topic, func(_, name string, e sinkEntry) {
+		for _, p := range picked {
+			if p.name == name {
+				return
+			}
+		}
+		if m.Origin == BridgeOrigin(name) {
+			return
+		}
+		picked = append(picked, e)
+	})
+	// Accept may wait for a disk flush: call it outside the tree's lock.
+	var errs []error
+	for _, e := range picked {
+		if err := e.sink.Accept(m); err != nil {
+			errs = append(errs, fmt.Errorf("sink %s: %w", e.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

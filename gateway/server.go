@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/gateway/topics"
+)
+
+// Version is reported in $SYS/broker/version.
+var Version = "edgegw"
+
+// Options are the broker's limits and policies. The zero value of a field
+// means its default (see withDefaults); cmd/edgegw maps the typed config onto
+// this struct so the gateway never sees viper.
+type Options struct {
+	MaxConnections    int           // concurrent network connections; 0 = 1024
+	MaxPacketSize     int           // bytes, inbound and advertised (v5); 0 = 1 MiB
+	ConnectTimeout    time.Duration // socket open until CONNECT arrives; 0 = 10s
+	WriteTimeout      time.Duration // deadline of every write; 0 = 10s
+	MaxInflight       int           // outgoing QoS 1/2 window per session; 0 = 32
+	MaxQueuedMessages int           // per session; 0 = 1000
+	MaxQueuedBytes    int64         // per session; 0 = 4 MiB
+	MemoryBudget      int64         // all queued payloads together; 0 = 64 MiB
+	MaxSessionExpiry  time.Duration // cap on session expiry; also 3.1.1 persistent sessions; 0 = 24h
+	ServerKeepAlive   time.Duration // v5 server keepalive override; 0 = accept the client's
+	MaxKeepAlive      time.Duration // keepalive above this is lowered (v5) ; 0 = none
+	TopicAliasMaximum uint16        // inbound aliases accepted from v5 clients; 0 = 64
+	SysInterval       time.Duration // $SYS update period; 0 = 10s
+
+	AllowAnonymous bool
+	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
+	Authorizer     Authorizer    // nil: everything allowed
+}
+
+func (o Options) withDefaults() Options {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.MaxConnections, 1024)
+	def(&o.MaxPacketSize, 1<<20)
+	def(&o.MaxInflight, 32)
+	def(&o.MaxQueuedMessages, 1000)
+	if o.MaxInflight > 65535 {
+		o.MaxInflight = 65535
+	}
+	if o.MaxQueuedBytes <= 0 {
+		o.MaxQueuedBytes = 4 << 20
+	}
+	if o.MemoryBudget <= 0 {
+		o.MemoryBudget = 64 << 20
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.MaxSessionExpiry <= 0 {
+		o.MaxSessionExpiry = 24 * time.Hour
+	}
+	if o.TopicAliasMaximum == 0 {
+		o.TopicAliasMaximum = 64
+	}
+	if o.SysInterval <= 0 {
+		o.SysInterval = 10 * time.Second
+	}
+	return o
+}
+
+// Authenticator decides whether a CONNECT may proceed. Declared here, by its
+// consumer; gateway/auth implements it over a bcrypt password file.
+type Authenticator interface {
+	// Authenticate returns nil to accept. certCN is the verified client
+	// certificate's common name ("" without mTLS).
+	Authenticate(clientID, username string, password []byte, hasPassword bool, certCN string) error
+}
+
+// Authorizer decides per topic what an authenticated client may do.
+type Authorizer interface {
+	CanPublish(username, clientID, topic string) bool
+	CanSubscribe(username, clientID, filter string) bool
+}
+
+// Server is the embedded MQTT broker. Listeners hand it connections through
+// ServeConn; Run drives its background duties ($SYS). One Server per process
+// is usual, but nothing in the package is global.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	started time.Time
+
+	subs     *topics.Tree[subscription]
+	retained *topics.Retained[*Message]
+	reg      registry
+	sinks    sinkSet
+
+	shareMu sync.Mutex
+	shareRR map[string]uint32 // round-robin position per shared group+filter
+
+	queuedBytes atomic.Int64 // all queued payload bytes (memory budget)
+	conns       atomic.Int64 // open network connections
+	sysSubs     atomic.Int64 // subscriptions whose filter starts with $SYS
+	stats       counters
+
+	wg sync.WaitGroup // connection-owned goroutines that outlive ServeConn: none yet; timers use AfterFunc
+}
+
+// New builds a Server. It does no I/O until connections arrive.
+func New(opts Options, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		opts:     opts.withDefaults(),
+		log:      log,
+		started:  time.Now(),
+		subs:     topics.NewTree[subscription](),
+		retained: topics.NewRetained[*Message](),
+		shareRR:  make(map[string]uint32),
+	}
+	s.reg.init(s)
+	return s
+}
+
+// Options returns the effective options (defaults applied).
+func (s *Server) Options() Options { return s.opts }
+
+// ServeConn runs one client connection until it closes; the caller's
+// goroutine becomes the connection's reader. listener names the listener in
+// logs and metrics. certCN is the verified client certificate CN ("" if
+// none). It returns when the connection is finished and every goroutine it
+// started has stopped. Cancelling ctx closes the connection.
+func (s *Server) ServeConn(ctx context.Context, conn net.Conn, listener, certCN string) error {
+	if n := s.conns.Add(1); n > int64(s.opts.MaxConnections) {
+		s.conns.Add(-1)
+		s.stats.refused.Add(1)
+		conn.Close()
+		return fmt.Errorf("connection from %s refused: max_connections (%d) reached", conn.RemoteAddr(), s.opts.MaxConnections)
+	}
+	defer s.conns.Add(-1)
+	c := newClient(s, conn, listener, certCN)
+	return c.serve(ctx)
+}
+
+// Run drives the broker's periodic duties ($SYS topics) until ctx is done.
+// On return every session timer is stopped.
+func (s *Server) Run(ctx context.Context) error {
+	t := time.NewTicker(s.opts.SysInterval)
+	defer t.Stop()
+	s.publishSys()
+	for {
+		select {
+		case <-ctx.Done():
+			s.reg.shutdown()
+			return nil
+		case <-t.C:
+			s.publishSys()
+		}
+	}
+}
+
+// Wait blocks until goroutines started by the server (not by ServeConn
+// callers) have stopped.
+func (s *Server) Wait() { s.wg.Wait() }
+
+// Publish routes a message from inside the process (a bridge, $SYS). It never
+// blocks on subscribers. The message must not be modified afterwards.
+func (s *Server) Publish(m *Message) error {
+	if err := packet.ValidTopicName(m.Topic); err != nil {
+		return fmt.Errorf("publish %q: %w", m.Topic, err)
+	}
+	if m.QoS > 2 {
+		return fmt.Errorf("publish %q: qos %d", m.Topic, m.QoS)
+	}
+	return s.route(m)
+}
+
+// retain applies a PUBLISH's retain flag to the retained store.
+func (s *Server) retain(m *Message) {
+	if len(m.Payload) == 0 {
+		s.retained.Delete(m.Topic) // [MQTT-3.3.1-6]
+		return
+	}
+	s.retained.Set(m.Topic, m)
+}

@@ -1,0 +1,347 @@
+package gateway
+
+// A session is the broker-side state of one client id: subscriptions, the
+// queue of messages waiting to go out, the outgoing in-flight window and the
+// inbound QoS 2 packet ids. It outlives connections when it is persistent.
+//
+// Ownership: the registry alone creates, resumes, takes over, expires and
+// destroys sessions. A connection that owns a session (s.conn == c) may
+// change it; every method that changes it checks ownership under s.mu, so a
+// connection that was taken over cannot touch the session any more even if
+// its packets are still being read.
+//
+// Lock order: registry.mu, then session.mu, then the topic tree's lock.
+// Nothing does I/O while holding s.mu.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgegw/edgegw/gateway/packet"
+)
+
+type session struct {
+	srv    *Server
+	id     string
+	online atomic.Bool // s.conn != nil; read without the lock by shared-subscription routing
+
+	mu          sync.Mutex
+	conn        *client // owner, nil while disconnected
+	expiry      time.Duration
+	expiryTimer *time.Timer
+	destroyed   bool
+
+	subs map[string]subscription // by filter as subscribed ($share/... included)
+
+	queue       deque
+	queuedBytes int64 // queue and in-flight payload bytes charged to this session
+
+	inflight    map[uint16]*outflight
+	order       []uint16 // in-flight packet ids in send order (resend on resume)
+	needResend  bool
+	nextID      uint16
+	inboundQoS2 map[uint16]struct{} // received, PUBREC sent, PUBREL not yet seen
+
+	will      *Message // pending will after an abnormal close with a delay
+	willTimer *time.Timer
+}
+
+// outflight is one outgoing QoS 1/2 message awaiting its acknowledgement.
+type outflight struct {
+	q        queued
+	released bool // QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
+	resend   bool // must be sent again on the current connection
+}
+
+// outgoing is what the writer puts on the wire for one session step.
+type outgoing struct {
+	q      queued
+	id     uint16
+	dup    bool
+	pubrel bool // a PUBREL for id instead of a PUBLISH
+}
+
+func newSession(srv *Server, id string) *session {
+	return &session{
+		srv:         srv,
+		id:          id,
+		subs:        make(map[string]subscription),
+		inflight:    make(map[uint16]*outflight),
+		inboundQoS2: make(map[uint16]struct{}),
+	}
+}
+
+// charge adds n bytes to the session's and the server's queued bytes.
+// Caller holds s.mu.
+func (s *session) charge(n int64) {
+	s.queuedBytes += n
+	s.srv.queuedBytes.Add(n)
+}
+
+// deliver queues m for this session. It never blocks on the client and
+// never does I/O; at most it wakes the connection's writer.
+func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time) {
+	if m.expired(now) {
+		s.srv.stats.drop(dropExpired)
+		return
+	}
+	sz := m.size()
+	o := &s.srv.opts
+	s.mu.Lock()
+	if s.destroyed || (s.conn == nil && qos == 0) {
+		// QoS 0 is not kept for a disconnected client [MQTT-3.1.2-5 allows it].
+		s.mu.Unlock()
+		return
+	}
+	// Overflow policy: make room by dropping this session's QoS 0 messages
+	// first, then its oldest; a QoS 0 message never displaces a QoS 1/2 one.
+	for {
+		reason := dropReason(-1)
+		switch {
+		case s.queue.len() >= o.MaxQueuedMessages || s.queuedBytes+sz > o.MaxQueuedBytes:
+			reason = dropQueueFull
+		case s.srv.queuedBytes.Load()+sz > o.MemoryBudget:
+			reason = dropMemoryBudget
+		}
+		if reason < 0 {
+			break
+		}
+		if old, ok := s.queue.removeFirstQoS0(); ok {
+			s.charge(-old.msg.size())
+			s.srv.stats.drop(reason)
+			continue
+		}
+		if qos > 0 && s.queue.len() > 0 {
+			old := s.queue.pop()
+			s.charge(-old.msg.size())
+			s.srv.stats.drop(reason)
+			continue
+		}
+		s.mu.Unlock()
+		s.srv.stats.drop(reason) // the new message itself
+		return
+	}
+	if subIDs != nil {
+		subIDs = append([]uint32(nil), subIDs...) // the routing buffer is reused
+	}
+	s.queue.push(queued{msg: m, qos: qos, retain: retain, subIDs: subIDs})
+	s.charge(sz)
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.kick()
+	}
+}
+
+// takeSendable moves what may be sent now onto out: in-flight messages to
+// resend first, then queued messages while the in-flight window allows.
+// QoS 0 messages are not gated by the window. It stops after about
+// maxBytes of payload so one write stays bounded.
+func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes int64, out []outgoing) []outgoing {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c || s.destroyed {
+		return out
+	}
+	if s.needResend {
+		s.needResend = false
+		for _, id := range s.order {
+			f := s.inflight[id]
+			if !f.resend {
+				continue
+			}
+			f.resend = false
+			if f.released {
+				out = append(out, outgoing{id: id, pubrel: true})
+			} else {
+				out = append(out, outgoing{q: f.q, id: id, dup: true}) // [MQTT-4.4.0-1]
+			}
+		}
+	}
+	var taken int64
+	for s.queue.len() > 0 && taken < maxBytes {
+		if f := s.queue.front(); f.qos > 0 && len(s.inflight) >= window {
+			break
+		}
+		q := s.queue.pop()
+		taken += q.msg.size()
+		if q.msg.expired(now) {
+			s.charge(-q.msg.size())
+			s.srv.stats.drop(dropExpired)
+			continue
+		}
+		if q.qos == 0 {
+			s.charge(-q.msg.size())
+			out = append(out, outgoing{q: q})
+			continue
+		}
+		id := s.allocID()
+		s.inflight[id] = &outflight{q: q}
+		s.order = append(s.order, id)
+		out = append(out, outgoing{q: q, id: id})
+	}
+	return out
+}
+
+// allocID returns a packet id not in flight. Caller holds s.mu and has
+// checked the window, so a free id exists.
+func (s *session) allocID() uint16 {
+	for {
+		s.nextID++
+		if s.nextID == 0 {
+			s.nextID = 1
+		}
+		if _, used := s.inflight[s.nextID]; !used {
+			return s.nextID
+		}
+	}
+}
+
+// forget removes id from the in-flight set. Caller holds s.mu.
+func (s *session) forget(id uint16, f *outflight) {
+	delete(s.inflight, id)
+	for i, v := range s.order {
+		if v == id {
+			s.order = append(s.order[:i], s.order[i+1:]...)
+			break
+		}
+	}
+	if !f.released {
+		s.charge(-f.q.msg.size())
+	}
+}
+
+// dropUnsendable releases an in-flight message the client cannot take (too
+// large for its maximum packet size).
+func (s *session) dropUnsendable(c *client, id uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c {
+		return
+	}
+	if f := s.inflight[id]; f != nil {
+		s.forget(id, f)
+	}
+}
+
+// ackPuback handles PUBACK. It reports whether the window moved.
+func (s *session) ackPuback(c *client, id uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.inflight[id]
+	if s.conn != c || f == nil || f.q.qos != 1 {
+		return false
+	}
+	s.forget(id, f)
+	return true
+}
+
+// ackPubrec handles PUBREC: true when a PUBREL must be sent. A v5 PUBREC
+// with an error reason ends the exchange.
+func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (sendRel bool, found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c {
+		return false, false
+	}
+	f := s.inflight[id]
+	if f == nil || f.q.qos != 2 {
+		return true, false
+	}
+	if rc.IsError() {
+		s.forget(id, f)
+		return false, true
+	}
+	if !f.released {
+		f.released = true
+		s.charge(-f.q.msg.size()) // the payload is no longer needed [MQTT-4.3.3-?]
+	}
+	return true, true
+}
+
+// ackPubcomp handles PUBCOMP.
+func (s *session) ackPubcomp(c *client, id uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.inflight[id]
+	if s.conn != c || f == nil || !f.released {
+		return false
+	}
+	s.forget(id, f)
+	return true
+}
+
+// receiveQoS2 records an inbound QoS 2 packet id. It reports false for a
+// duplicate that was already received and not yet released: the broker
+// acknowledges it again and does not deliver it twice.
+func (s *session) receiveQoS2(c *client, id uint16) (fresh bool, owner bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c {
+		return false, false
+	}
+	if _, dup := s.inboundQoS2[id]; dup {
+		return false, true
+	}
+	s.inboundQoS2[id] = struct{}{}
+	return true, true
+}
+
+// forgetQoS2 removes an inbound QoS 2 id (PUBREL, or a refused message).
+func (s *session) forgetQoS2(c *client, id uint16) (found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c {
+		return false
+	}
+	_, found = s.inboundQoS2[id]
+	delete(s.inboundQoS2, id)
+	return found
+}
+
+// release frees everything the session holds. Caller holds s.mu; the
+// registry calls it when the session is destroyed.
+func (s *session) release() {
+	s.destroyed = true
+	s.queue.drain(func(q queued) { s.charge(-q.msg.size()) })
+	for id, f := range s.inflight {
+		if !f.released {
+			s.charge(-f.q.msg.size())
+		}
+		delete(s.inflight, id)
+	}
+	s.order = nil
+	clear(s.inboundQoS2)
+	for filter, sub := range s.subs {
+		if isSys(filter) {
+			s.srv.sysSubs.Add(-1)
+		}
+		s.srv.subs.Remove(treeFilter(filter), treeKey(s.id, sub.group))
+	}
+	clear(s.subs)
+	if s.expiryTimer != nil {
+		s.expiryTimer.Stop()
+		s.expiryTimer = nil
+	}
+	if s.willTimer != nil {
+		s.willTimer.Stop()
+		s.willTimer = nil
+	}
+}
+
+// treeKey is the topic tree key of a subscription of client id.
+func treeKey(clientID, group string) string {
+	if group == "" {
+		return clientID
+	}
+	return "$share/" + group + "/" + clientID
+}
+
+// treeFilter strips a $share/<group>/ prefix.
+func treeFilter(filter string) string {
+	if _, f, ok := packet.SplitShared(filter); ok {
+		return f
+	}
+	return filter
+}
