@@ -151,7 +151,7 @@ func (c *client) closeWith(r CloseReason, code packet.ReasonCode) {
 		return
 	}
 	c.setReason(r)
-	if c.version == packet.V5 && c.ready && code != 0 {
+	if c.ready && c.version == packet.V5 && code != 0 { // ready first: version is published by it
 		c.ctrl = append(c.ctrl, &packet.Disconnect{ReasonCode: code})
 		c.closing = true
 		c.startWriterLocked()

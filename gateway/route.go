@@ -34,35 +34,61 @@ type target struct {
 
 type routing struct {
 	targets []target
+	index   map[*session]int          // target index by session, once targets is large
 	shared  map[string][]subscription // group+"\x00"+filter -> members
 }
+
+// linearLimit is the target count up to which duplicates are found by a
+// scan; above it a map keeps fan-out to thousands of sessions linear.
+const linearLimit = 16
 
 var routingPool = sync.Pool{New: func() any { return new(routing) }}
 
 func (r *routing) add(sub subscription) {
-	for i := range r.targets {
-		t := &r.targets[i]
-		if t.sess == sub.sess {
-			if sub.qos > t.qos {
-				t.qos = sub.qos
-			}
-			t.rap = t.rap || sub.rap
-			if sub.subID != 0 {
-				t.subIDs = append(t.subIDs, sub.subID)
-			}
-			return
+	idx := -1
+	if r.index != nil {
+		if i, ok := r.index[sub.sess]; ok {
+			idx = i
 		}
+	} else {
+		for i := range r.targets {
+			if r.targets[i].sess == sub.sess {
+				idx = i
+				break
+			}
+		}
+	}
+	if idx >= 0 {
+		t := &r.targets[idx]
+		if sub.qos > t.qos {
+			t.qos = sub.qos
+		}
+		t.rap = t.rap || sub.rap
+		if sub.subID != 0 {
+			t.subIDs = append(t.subIDs, sub.subID)
+		}
+		return
 	}
 	t := target{sess: sub.sess, qos: sub.qos, rap: sub.rap}
 	if sub.subID != 0 {
 		t.subIDs = []uint32{sub.subID}
 	}
 	r.targets = append(r.targets, t)
+	switch {
+	case r.index != nil:
+		r.index[sub.sess] = len(r.targets) - 1
+	case len(r.targets) > linearLimit:
+		r.index = make(map[*session]int, 2*len(r.targets))
+		for i := range r.targets {
+			r.index[r.targets[i].sess] = i
+		}
+	}
 }
 
 func (r *routing) reset() {
 	clear(r.targets)
 	r.targets = r.targets[:0]
+	r.index = nil
 	for k := range r.shared {
 		delete(r.shared, k)
 	}
