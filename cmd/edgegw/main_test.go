@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgegw/edgegw/internal/config"
+)
+
+const referenceConfig = "../../configs/edgegw.yaml"
+
+// call runs realMain and returns its status, stdout and stderr.
+func call(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := realMain(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "edgegw.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckConfig(t *testing.T) {
+	t.Setenv(config.EnvConfig, "")
+	bad := writeConfig(t, "listeners:\n  - name: lan\n    adress: 0.0.0.0:1883\nlimits:\n  max_inflight: 0\n")
+	secret := writeConfig(t, `
+bridges:
+  - name: cloud
+    addresses: [tcp://127.0.0.1:1884]
+    username: u
+    password: hunter2
+    topics: [{pattern: "sensors/#"}]
+`)
+	tests := []struct {
+		name        string
+		args        []string
+		env         map[string]string
+		code        int
+		stdout      []string // substrings
+		stderr      []string
+		notInOutput string
+	}{
+		{name: "reference config", args: []string{"--config", referenceConfig}, code: 0,
+			stdout: []string{"# edgegw effective configuration", "listeners:", "name: lan", "max_packet_size: 1MiB"}},
+		{name: "double-dash flag form", args: []string{"-config=" + referenceConfig}, code: 0, stdout: []string{"name: web"}},
+		{name: "defaults", code: 0, stdout: []string{"built-in defaults", "address: 127.0.0.1:1883"}},
+		{name: "EDGEGW_CONFIG", env: map[string]string{config.EnvConfig: referenceConfig}, code: 0, stdout: []string{"name: lan"}},
+		{name: "env override shown", env: map[string]string{"EDGEGW_LIMITS_MAX_INFLIGHT": "7"}, code: 0, stdout: []string{"max_inflight: 7"}},
+		{name: "bad key", args: []string{"--config", bad}, code: 2,
+			stderr: []string{
+				bad + `: listeners[0]: unknown key "adress" (did you mean "address"?)`,
+				bad + `: limits.max_inflight: must be in 1..65535 (got 0)`,
+				"invalid configuration: 2 problem(s)",
+			}},
+		{name: "missing file", args: []string{"--config", "/nonexistent/edgegw.yaml"}, code: 2, stderr: []string{"/nonexistent/edgegw.yaml: cannot read config file"}},
+		{name: "password redacted", args: []string{"--config", secret}, code: 0, stdout: []string{"password: <redacted>"}, notInOutput: "hunter2"},
+		{name: "stray argument", args: []string{"extra"}, code: 2, stderr: []string{`unexpected argument "extra"`}},
+		{name: "unknown flag", args: []string{"--conf", "x"}, code: 2, stderr: []string{"flag provided but not defined"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			code, out, errOut := call(t, append([]string{"check-config"}, tt.args...)...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, out, errOut)
+			}
+			for _, s := range tt.stdout {
+				if !strings.Contains(out, s) {
+					t.Errorf("stdout lacks %q:\n%s", s, out)
+				}
+			}
+			for _, s := range tt.stderr {
+				if !strings.Contains(errOut, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, errOut)
+				}
+			}
+			if tt.notInOutput != "" && strings.Contains(out+errOut, tt.notInOutput) {
+				t.Errorf("output contains %q", tt.notInOutput)
+			}
+			if tt.code != 0 && out != "" {
+				t.Errorf("failed check-config printed to stdout:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestCommands(t *testing.T) {
+	code, out, _ := call(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "edgegw dev commit ") || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("version: %d %q", code, out)
+	}
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
+		code, out, _ := call(t, args...)
+		if code != 0 || !strings.Contains(out, "check-config") || !strings.Contains(out, "version") {
+			t.Errorf("%v: %d %q", args, code, out)
+		}
+	}
+	code, _, errOut := call(t, "frobnicate")
+	if code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: %d %q", code, errOut)
+	}
+	// Run mode with an invalid config reports it and exits 2 before binding anything.
+	bad := writeConfig(t, "log: {level: loud}\n")
+	code, _, errOut = call(t, "--config", bad)
+	if code != 2 || !strings.Contains(errOut, `log.level: invalid value "loud"`) {
+		t.Errorf("run with bad config: %d %q", code, errOut)
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	newLogger(config.Log{Level: "warn", Format: "json"}, &buf).Info("hidden")
+	newLogger(config.Log{Level: "warn", Format: "json"}, &buf).Warn("shown", "k", 1)
+	if s := buf.String(); strings.Contains(s, "hidden") || !strings.Contains(s, `"msg":"shown"`) {
+		t.Errorf("json/warn logger wrote %q", s)
+	}
+	buf.Reset()
+	newLogger(config.Log{Level: "debug", Format: "text"}, &buf).Debug("dbg")
+	if s := buf.String(); !strings.Contains(s, "level=DEBUG msg=dbg") {
+		t.Errorf("text/debug logger wrote %q", s)
+	}
+}
+
+// TestRun checks the contract of run: it binds the tcp listeners and
+// returns nil when ctx is cancelled.
+func TestRun(t *testing.T) {
+	cfg := config.Default()
+	cfg.Listeners[0].Address = "127.0.0.1:0"
+	cfg.Metrics.Address = ""
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
+
+// TestBuildVersion builds the binary the way the Makefile does and checks
+// that -ldflags reach `edgegw version`.
+func TestBuildVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	bin := filepath.Join(t.TempDir(), "edgegw")
+	build := exec.Command(goBin, "build", "-o", bin, "-ldflags", "-X main.version=1.2.3 -X main.commit=abc1234", ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(out), "edgegw 1.2.3 commit abc1234 go") {
+		t.Errorf("version = %q", out)
+	}
+	cmd := exec.Command(bin, "check-config", "--config", "does-not-exist.yaml")
+	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 {
+		t.Errorf("check-config on a missing file: %v", err)
+	}
+}
