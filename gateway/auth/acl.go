@@ -1,0 +1,181 @@
+package auth
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// The ACL file, in the spirit of mosquitto's:
+//
+//	# rules before any "user" line apply to anonymous clients
+//	topic read $SYS/#
+//	user alice
+//	topic readwrite sensors/#
+//	topic deny sensors/secret/#
+//	# pattern rules apply to everyone; %u = user name, %c = client id
+//	pattern write devices/%c/#
+//
+// Access is read, write, readwrite or deny. A deny rule that matches wins
+// over any allow rule; no matching rule means not allowed.
+
+type access int
+
+const (
+	accessRead access = 1 << iota
+	accessWrite
+	accessDeny
+)
+
+type aclRule struct {
+	filter string
+	access access
+}
+
+type acl struct {
+	anonymous []aclRule
+	users     map[string][]aclRule
+	patterns  []aclRule
+}
+
+func readACL(path string) (*acl, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("acl file: %w", err)
+	}
+	defer fh.Close()
+	a := &acl{users: make(map[string][]aclRule)}
+	user, inUser := "", false
+	sc := bufio.NewScanner(fh)
+	for n := 1; sc.Scan(); n++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		bad := func(msg string) error { return fmt.Errorf("%s:%d: %s", path, n, msg) }
+		switch f[0] {
+		case "user":
+			if len(f) != 2 {
+				return nil, bad("want: user <name>")
+			}
+			user, inUser = f[1], true
+		case "topic", "pattern":
+			if len(f) < 2 || len(f) > 3 {
+				return nil, bad("want: " + f[0] + " [read|write|readwrite|deny] <filter>")
+			}
+			acc, filter := accessRead|accessWrite, f[len(f)-1]
+			if len(f) == 3 {
+				switch f[1] {
+				case "read":
+					acc = accessRead
+				case "write":
+					acc = accessWrite
+				case "readwrite":
+					acc = accessRead | accessWrite
+				case "deny":
+					acc = accessDeny
+				default:
+					return nil, bad(fmt.Sprintf("access %q: want read, write, readwrite or deny", f[1]))
+				}
+			}
+			r := aclRule{filter: filter, access: acc}
+			switch {
+			case f[0] == "pattern":
+				a.patterns = append(a.patterns, r)
+			case inUser:
+				a.users[user] = append(a.users[user], r)
+			default:
+				a.anonymous = append(a.anonymous, r)
+			}
+		default:
+			return nil, bad(fmt.Sprintf("unknown directive %q (want user, topic or pattern)", f[0]))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("acl file %s: %w", path, err)
+	}
+	return a, nil
+}
+
+// allowed checks name (a topic, or a subscription filter when isFilter)
+// against the rules that apply to the client.
+func (a *acl) allowed(username, clientID, name string, want access, isFilter bool) bool {
+	rules := a.anonymous
+	if username != "" {
+		rules = a.users[username]
+	}
+	ok := false
+	check := func(filter string, acc access) bool {
+		var match bool
+		if isFilter {
+			match = covers(filter, name)
+		} else {
+			match = matchTopic(filter, name)
+		}
+		if !match && acc&accessDeny != 0 && isFilter {
+			match = covers(name, filter) // a wider subscription that reaches a denied subtree
+		}
+		if !match {
+			return true
+		}
+		if acc&accessDeny != 0 {
+			return false
+		}
+		if acc&want != 0 {
+			ok = true
+		}
+		return true
+	}
+	for _, r := range rules {
+		if !check(r.filter, r.access) {
+			return false
+		}
+	}
+	for _, r := range a.patterns {
+		f := strings.ReplaceAll(strings.ReplaceAll(r.filter, "%u", username), "%c", clientID)
+		if !check(f, r.access) {
+			return false
+		}
+	}
+	return ok
+}
+
+// matchTopic reports whether MQTT filter matches topic.
+func matchTopic(filter, topic string) bool {
+	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
+		return false
+	}
+	return covers(filter, topic)
+}
+
+// covers reports whether every topic matched by sub is matched by acl
+// (a topic name is a filter without wildcards).
+func covers(acl, sub string) bool {
+	a, s := strings.Split(acl, "/"), strings.Split(sub, "/")
+	for i, al := range a {
+		if al == "#" {
+			return true
+		}
+		if i >= len(s) {
+			return false
+		}
+		sl := s[i]
+		switch {
+		case sl == "#":
+			return false // sub reaches deeper than a non-# acl level
+		case al == "+":
+			continue
+		case sl == "+":
+			return false
+		case al != sl:
+			return false
+		}
+	}
+	if len(s) == len(a) {
+		return true
+	}
+	// sub is longer; only a trailing "#" in acl could cover it (handled above),
+	// except acl "x/#" also matching "x" is the reverse case.
+	return false
+}

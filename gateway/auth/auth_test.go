@@ -1,0 +1,168 @@
+package auth
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPasswordFile(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "passwd")
+	if err := SetPassword(pw, "alice", []byte("s3cret")); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetPassword(pw, "bob", []byte("hunter2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetPassword(pw, "alice", []byte("changed")); err != nil { // replaces
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(pw)
+	if n := strings.Count(string(b), "alice:"); n != 1 {
+		t.Fatalf("alice appears %d times:\n%s", n, b)
+	}
+	f := &Files{PasswordFile: pw}
+	if err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, user, pass string
+		hasPass          bool
+		cn               string
+		ok               bool
+	}{
+		{"right password", "alice", "changed", true, "", true},
+		{"old password", "alice", "s3cret", true, "", false},
+		{"other user", "bob", "hunter2", true, "", true},
+		{"wrong password", "bob", "nope", true, "", false},
+		{"unknown user", "carol", "x", true, "", false},
+		{"no password", "bob", "", false, "", false},
+		{"cert cn as user", "device-7", "", false, "device-7", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := f.Authenticate("cid", c.user, []byte(c.pass), c.hasPass, c.cn)
+			if (err == nil) != c.ok {
+				t.Fatalf("Authenticate = %v, want ok=%v", err, c.ok)
+			}
+			if err != nil && !errors.Is(err, ErrBadCredentials) {
+				t.Fatalf("error %v is not ErrBadCredentials", err)
+			}
+		})
+	}
+}
+
+func TestPasswordFileErrorsNameTheLine(t *testing.T) {
+	p := writeFile(t, "passwd", "# users\nalice:notahash\n")
+	f := &Files{PasswordFile: p}
+	err := f.Load()
+	if err == nil || !strings.Contains(err.Error(), ":2:") || !strings.Contains(err.Error(), "alice") {
+		t.Fatalf("err = %v, want it to name line 2 and the user", err)
+	}
+}
+
+func TestReloadKeepsOldRulesOnError(t *testing.T) {
+	p := writeFile(t, "acl", "topic read a/#\n")
+	f := &Files{ACLFile: p}
+	if err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(p, []byte("bogus line\n"), 0o600)
+	if err := f.Load(); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("reload err = %v", err)
+	}
+	if !f.CanSubscribe("", "c", "a/b") {
+		t.Fatal("old rules lost after a failed reload")
+	}
+}
+
+func TestACL(t *testing.T) {
+	p := writeFile(t, "acl", `
+# anonymous
+topic read public/#
+user alice
+topic readwrite sensors/#
+topic deny sensors/secret/#
+topic write cmd/alice
+pattern readwrite devices/%c/#
+pattern read users/%u/inbox
+`)
+	f := &Files{ACLFile: p}
+	if err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+	type op struct {
+		user, client, name string
+		sub                bool
+		want               bool
+	}
+	cases := map[string]op{
+		"anon reads public":            {"", "c1", "public/x", true, true},
+		"anon cannot write public":     {"", "c1", "public/x", false, false},
+		"anon cannot read sensors":     {"", "c1", "sensors/t", true, false},
+		"alice writes sensors":         {"alice", "c1", "sensors/t", false, true},
+		"alice subscribes sensors/+":   {"alice", "c1", "sensors/+", true, true},
+		"alice denied secret":          {"alice", "c1", "sensors/secret/k", false, false},
+		"alice sub # reaches secret":   {"alice", "c1", "sensors/#", true, false},
+		"alice write-only cmd":         {"alice", "c1", "cmd/alice", false, true},
+		"alice cannot read cmd":        {"alice", "c1", "cmd/alice", true, false},
+		"pattern client id":            {"bob", "dev9", "devices/dev9/state", false, true},
+		"pattern other client":         {"bob", "dev9", "devices/dev8/state", false, false},
+		"pattern user":                 {"bob", "x", "users/bob/inbox", true, true},
+		"pattern user wildcard denied": {"bob", "x", "users/+/inbox", true, false},
+		"no rule no access":            {"bob", "x", "other", false, false},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			var got bool
+			if c.sub {
+				got = f.CanSubscribe(c.user, c.client, c.name)
+			} else {
+				got = f.CanPublish(c.user, c.client, c.name)
+			}
+			if got != c.want {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestACLErrors(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown directive": "topik read a\n",
+		"bad access":        "topic readonly a\n",
+		"user without name": "user\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := &Files{ACLFile: writeFile(t, "acl", body)}
+			if err := f.Load(); err == nil || !strings.Contains(err.Error(), ":1:") {
+				t.Fatalf("err = %v, want a line-numbered error", err)
+			}
+		})
+	}
+}
+
+func TestCovers(t *testing.T) {
+	for _, c := range []struct {
+		acl, sub string
+		want     bool
+	}{
+		{"a/#", "a", true}, {"a/#", "a/b/c", true}, {"a/+", "a/b", true}, {"a/+", "a/b/c", false},
+		{"a/+", "a/#", false}, {"#", "x/#", true}, {"a/b", "a/+", false}, {"+/b", "a/b", true},
+	} {
+		if got := covers(c.acl, c.sub); got != c.want {
+			t.Errorf("covers(%q, %q) = %v, want %v", c.acl, c.sub, got, c.want)
+		}
+	}
+}
