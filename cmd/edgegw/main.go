@@ -61,7 +61,7 @@ func init() {
 		{"check-config", "validate the config and print the effective config", cmdCheckConfig},
 		{"version", "print version, commit and Go version", cmdVersion},
 		{"help", "show this help", cmdHelp},
-		// {"passwd", "manage the password file", cmdPasswd},
+		{"passwd", "add or update a user in a password file: passwd FILE USER", cmdPasswd},
 		// {"sensor", "...", cmdSensor},
 	}
 }
@@ -163,11 +163,12 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	log := newLogger(cfg.Log, stderr)
+	level := new(slog.LevelVar)
+	log := newLeveledLogger(cfg.Log, stderr, level)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log.Info("starting", "version", version, "commit", buildCommit(), "config", path)
-	if err := run(ctx, cfg, log); err != nil {
+	if err := runGateway(ctx, runParams{cfg: cfg, path: path, log: log, level: level}); err != nil {
 		log.Error("stopped", "err", err)
 		return exitFailure
 	}
@@ -179,16 +180,26 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 // stderr: the journal under systemd). The config is validated, so unknown
 // values do not occur; they fall back to info/text.
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	level := slog.LevelInfo
-	switch c.Level {
+	return newLeveledLogger(c, w, new(slog.LevelVar))
+}
+
+// parseLevel maps log.level to a slog level (validated config: unknown is info).
+func parseLevel(s string) slog.Level {
+	switch s {
 	case config.LevelDebug:
-		level = slog.LevelDebug
+		return slog.LevelDebug
 	case config.LevelWarn:
-		level = slog.LevelWarn
+		return slog.LevelWarn
 	case config.LevelError:
-		level = slog.LevelError
+		return slog.LevelError
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	return slog.LevelInfo
+}
+
+// newLeveledLogger is newLogger with the level in lv, so SIGHUP can change it.
+func newLeveledLogger(c config.Log, w io.Writer, lv *slog.LevelVar) *slog.Logger {
+	lv.Set(parseLevel(c.Level))
+	opts := &slog.HandlerOptions{Level: lv}
 	if c.Format == config.FormatJSON {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freePort returns a 127.0.0.1 address nobody listens on right now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// gatewayProc is the real edgegw binary running as a child process.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  strings.Builder
+	done chan error
+}
+
+func (g *gatewayProc) logs() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.log.String()
+}
+
+func buildEdgegw(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "edgegw")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func startEdgegw(t *testing.T, bin string, args ...string) *gatewayProc {
+	t.Helper()
+	g := &gatewayProc{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
+	stderr, err := g.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			g.mu.Lock()
+			g.log.WriteString(sc.Text() + "\n")
+			g.mu.Unlock()
+		}
+		g.done <- g.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		g.cmd.Process.Kill()
+		<-g.done
+		if t.Failed() {
+			t.Logf("edgegw log:\n%s", g.logs())
+		}
+	})
+	return g
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestBinaryWithMosquittoClients runs the real binary with a config and
+// talks to it with mosquitto_sub/mosquitto_pub, then checks /metrics,
+// /healthz, SIGHUP reload and a clean SIGTERM stop.
+func TestBinaryWithMosquittoClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	for _, tool := range []string{"mosquitto_pub", "mosquitto_sub"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not installed (make test installs mosquitto-clients): %v", tool, err)
+		}
+	}
+	bin := buildEdgegw(t)
+	addr, maddr := freePort(t), freePort(t)
+	host, port, _ := net.SplitHostPort(addr)
+	cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+log: {level: info}
+listeners:
+  - {name: lan, type: tcp, address: "%s"}
+metrics: {address: "%s"}
+`, addr, maddr)), 0o600)
+	g := startEdgegw(t, bin, "--config", cfg)
+	waitFor(t, 10*time.Second, "listener", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	for _, v := range []string{"mqttv31", "mqttv311", "mqttv5"} {
+		t.Run(v, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			sub := exec.CommandContext(ctx, "mosquitto_sub", "-h", host, "-p", port, "-V", v, "-t", "#", "-v", "-C", "1", "-W", "15", "-q", "2")
+			out, _ := sub.StdoutPipe()
+			if err := sub.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Publish until the subscriber is surely subscribed and has its message.
+			lines := make(chan string, 1)
+			go func() {
+				b, _ := io.ReadAll(out)
+				lines <- string(b)
+			}()
+			var got string
+			deadline := time.After(15 * time.Second)
+		loop:
+			for {
+				pub := exec.CommandContext(ctx, "mosquitto_pub", "-h", host, "-p", port, "-V", v, "-t", "a/b", "-m", "hi", "-q", "2")
+				if b, err := pub.CombinedOutput(); err != nil {
+					t.Fatalf("mosquitto_pub: %v %s", err, b)
+				}
+				select {
+				case got = <-lines:
+					break loop
+				case <-time.After(300 * time.Millisecond):
+				case <-deadline:
+					t.Fatal("mosquitto_sub got nothing")
+				}
+			}
+			sub.Wait()
+			if strings.TrimSpace(got) != "a/b hi" {
+				t.Fatalf("mosquitto_sub printed %q", got)
+			}
+		})
+	}
+
+	resp, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "edgegw_messages_received_total") {
+		t.Fatalf("/metrics lacks edgegw counters:\n%.500s", body)
+	}
+	resp, err = http.Get("http://" + maddr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthz: %v %v", err, resp)
+	}
+	resp.Body.Close()
+
+	// SIGHUP with a changed log level reloads without dropping the listener.
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+log: {level: debug}
+listeners:
+  - {name: lan, type: tcp, address: "%s"}
+metrics: {address: "%s"}
+`, addr, maddr)), 0o600)
+	g.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 10*time.Second, "reload logged", func() bool { return strings.Contains(g.logs(), "log_level=debug") })
+
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-g.done:
+		g.done <- err // for cleanup
+		if err != nil {
+			t.Fatalf("edgegw exited with %v after SIGTERM", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("edgegw did not stop on SIGTERM")
+	}
+}
+
+func TestPasswdCommand(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "passwd")
+	r, w, _ := os.Pipe()
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old }()
+	w.WriteString("s3cret\n")
+	w.Close()
+	code, out, errOut := call(t, "passwd", file, "alice")
+	if code != 0 {
+		t.Fatalf("passwd exit %d: %s %s", code, out, errOut)
+	}
+	b, _ := os.ReadFile(file)
+	if !strings.HasPrefix(string(b), "alice:$2") {
+		t.Fatalf("password file = %q", b)
+	}
+	if code, _, _ := call(t, "passwd", file); code != exitUsage {
+		t.Fatalf("passwd with one arg exit %d, want %d", code, exitUsage)
+	}
+}

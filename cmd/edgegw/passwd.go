@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/term"
+
+	"github.com/edgegw/edgegw/gateway/auth"
+)
+
+// cmdPasswd adds or updates a user in a password file:
+//
+//	edgegw passwd FILE USER
+//
+// On a terminal it prompts twice without echo; otherwise it reads the
+// password from the first line of stdin (for scripts: echo pw | edgegw passwd ...).
+func cmdPasswd(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 {
+		fmt.Fprintln(stderr, "usage: edgegw passwd FILE USER")
+		return exitUsage
+	}
+	file, user := args[0], args[1]
+	var pw []byte
+	if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
+		fmt.Fprintf(stderr, "password for %s: ", user)
+		p1, err := term.ReadPassword(fd)
+		fmt.Fprintln(stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "edgegw passwd: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprint(stderr, "again: ")
+		p2, err := term.ReadPassword(fd)
+		fmt.Fprintln(stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "edgegw passwd: %v\n", err)
+			return exitFailure
+		}
+		if !bytes.Equal(p1, p2) {
+			fmt.Fprintln(stderr, "edgegw passwd: passwords do not match")
+			return exitFailure
+		}
+		pw = p1
+	} else {
+		line, err := bufio.NewReader(os.Stdin).ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			fmt.Fprintf(stderr, "edgegw passwd: read stdin: %v\n", err)
+			return exitFailure
+		}
+		pw = bytes.TrimRight(line, "\r\n")
+	}
+	if err := auth.SetPassword(file, user, pw); err != nil {
+		fmt.Fprintf(stderr, "edgegw passwd: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "user %s set in %s\n", user, file)
+	return exitOK
+}
