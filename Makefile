@@ -11,6 +11,9 @@ PKG      := ./...
 
 .PHONY: all build test test-deps vet fmt-check fuzz
 
+# Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb).
+-include mk/*.mk
+
 all: build
 
 build:
