@@ -126,4 +126,9 @@ func (s *Server) publishSys() {
 	pub("bytes/queued", itoa(st.QueuedBytes))
 	pub("retained/count", itoa(int64(st.Retained)))
 	pub("subscriptions/count", itoa(int64(st.Subscriptions)))
+	pub("sessions/expired", itoa(st.Expired))
+	pub("sessions/takeovers", itoa(st.Takeovers))
+	for reason, n := range st.Drops {
+		pub("messages/dropped/"+reason, itoa(n))
+	}
 }
