@@ -1,0 +1,599 @@
+package bridge
+
+// Design note. One goroutine (Run's) owns the uplink: it dials, connects a
+// fresh paho client per connection (AutoReconnect off, in-memory store),
+// subscribes the in rules, and while connected runs two helpers it joins
+// before the next attempt:
+//
+//   - the sender takes a window slot (a semaphore of max_inflight), reads the
+//     next message from the spool (Next blocks while the spool is empty) and
+//     hands it to paho; after a reconnect it starts again from the oldest
+//     unacknowledged message, so the backlog drains at full window speed;
+//   - the acker waits for the tokens in send order, acks the spool, frees the
+//     slot, and is the ack watchdog: its timer runs only while a publish is
+//     in flight (idle costs nothing).
+//
+// The spool, not paho's store, is the source of truth: paho's memory store
+// is thrown away with each client, so nothing is re-sent twice.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+	"github.com/edgegw/edgegw/gateway"
+)
+
+// Gateway is what a bridge needs from the local broker (gateway.Server
+// implements it).
+type Gateway interface {
+	// Publish routes a message from the cloud locally; it never blocks.
+	Publish(m *gateway.Message) error
+	// AddSink registers the bridge's spool for local messages matching filter.
+	AddSink(name, filter string, sink gateway.Sink) error
+	// RemoveSink undoes AddSink.
+	RemoveSink(name, filter string)
+}
+
+// State is the uplink's state as published on $SYS/bridge/<name>/state.
+type State uint8
+
+// The states of a bridge.
+const (
+	Disconnected State = iota
+	Connected
+)
+
+// String returns the state topic's payload.
+func (s State) String() string {
+	if s == Connected {
+		return "connected"
+	}
+	return "disconnected"
+}
+
+// Stats is a snapshot of a bridge's state and counters.
+type Stats struct {
+	State     State
+	Address   string // upstream address of the current (or last) connection
+	LastError string // why the uplink last went down or failed to come up
+
+	Connects        uint64 // successful connections (CONNACK + SUBACK)
+	Disconnects     uint64 // connections that ended
+	ConnectFailures uint64 // dial, TLS, CONNECT or SUBSCRIBE failures
+	WatchdogTrips   uint64 // uplinks torn down by the ack watchdog
+	WriteTimeouts   uint64 // uplink writes that hit write_timeout
+
+	InFlight      int64  // upstream publishes not yet acknowledged (<= max_inflight)
+	SpoolMessages int64  // messages waiting for an upstream ack (incl. in flight)
+	SpoolBytes    int64  // their topic+payload bytes (bounded by spool max_bytes)
+	SpoolDropped  uint64 // messages dropped by the spool's overflow policy
+
+	Sent          uint64 // PUBLISH handed to the uplink (re-sends included)
+	Acked         uint64 // upstream acknowledgements (PUBACK/PUBCOMP; QoS 0 on write)
+	Received      uint64 // inbound messages accepted locally and acked upstream
+	InboundFailed uint64 // inbound messages the gateway refused (not acked upstream)
+	AcceptFailed  uint64 // local messages the spool could not keep (publisher not acked)
+}
+
+// Bridge is one uplink to a cloud broker. Create it with New, run it with
+// Run.
+type Bridge struct {
+	cfg    Config
+	c      *compiled
+	gw     Gateway
+	log    *slog.Logger
+	origin string
+
+	spool    atomic.Pointer[spool.Spool] // set by Run before the sinks are added
+	lastRead atomic.Int64                // unix nanos of the last byte read from upstream
+	running  atomic.Bool
+
+	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
+
+	stateMu   sync.Mutex // serialises state changes and their publication
+	state     State
+	published bool
+	addr      string
+	lastErr   string
+
+	connects, disconnects, connectFailures, trips, writeTimeouts atomic.Uint64
+	sent, acked, received, inboundFailed, acceptFailed           atomic.Uint64
+	inflight                                                     atomic.Int64
+}
+
+// New validates cfg (filling in defaults) and returns a bridge that is not
+// yet running.
+func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if gw == nil {
+		return nil, errors.New("bridge: nil gateway")
+	}
+	cfg.setDefaults()
+	c, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	setPahoLogger(log)
+	b := &Bridge{
+		cfg:      cfg,
+		c:        c,
+		gw:       gw,
+		log:      log.With("bridge", cfg.Name),
+		origin:   gateway.BridgeOrigin(cfg.Name),
+		protocol: 0x84,
+	}
+	if cfg.NoBridgeFlag {
+		b.protocol = 4
+	}
+	return b, nil
+}
+
+// Name returns the bridge's name.
+func (b *Bridge) Name() string { return b.cfg.Name }
+
+// Run opens the spool, registers the out rules with the gateway, and keeps
+// the uplink connected until ctx ends. It returns after every goroutine it
+// started has ended and the spool is closed.
+func (b *Bridge) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("bridge %s: Run called twice", b.cfg.Name)
+	}
+	dir, mode := b.cfg.SpoolDir, b.c.sync
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "edgegw-bridge-*")
+		if err != nil {
+			return fmt.Errorf("bridge %s: spool dir: %w", b.cfg.Name, err)
+		}
+		defer os.RemoveAll(tmp)
+		dir, mode = tmp, spool.SyncNone
+		b.log.Warn("no spool dir: messages bound upstream do not survive a restart")
+	}
+	sp, err := spool.Open(spool.Options{
+		Dir: dir, MaxBytes: b.cfg.SpoolMaxBytes, Sync: mode, SyncInterval: b.cfg.SpoolSyncInterval,
+		Logger: b.log,
+	})
+	if err != nil {
+		return fmt.Errorf("bridge %s: open spool: %w", b.cfg.Name, err)
+	}
+	b.spool.Store(sp)
+	b.setState(Disconnected, "", nil)
+
+	var filters []string
+	for _, r := range b.c.out {
+		if err := b.gw.AddSink(b.cfg.Name, r.localFilter, sink{b}); err != nil {
+			b.log.Error("add sink", "topic", r.localFilter, "err", err)
+			continue
+		}
+		filters = append(filters, r.localFilter)
+	}
+
+	b.loop(ctx)
+
+	for _, f := range filters {
+		b.gw.RemoveSink(b.cfg.Name, f)
+	}
+	b.setState(Disconnected, "", errors.New("stopped"))
+	if err := sp.Close(); err != nil {
+		return fmt.Errorf("bridge %s: close spool: %w", b.cfg.Name, err)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the bridge's state and counters.
+func (b *Bridge) Stats() Stats {
+	b.stateMu.Lock()
+	st := Stats{State: b.state, Address: b.addr, LastError: b.lastErr}
+	b.stateMu.Unlock()
+	st.Connects = b.connects.Load()
+	st.Disconnects = b.disconnects.Load()
+	st.ConnectFailures = b.connectFailures.Load()
+	st.WatchdogTrips = b.trips.Load()
+	st.WriteTimeouts = b.writeTimeouts.Load()
+	st.InFlight = b.inflight.Load()
+	st.Sent = b.sent.Load()
+	st.Acked = b.acked.Load()
+	st.Received = b.received.Load()
+	st.InboundFailed = b.inboundFailed.Load()
+	st.AcceptFailed = b.acceptFailed.Load()
+	if sp := b.spool.Load(); sp != nil {
+		ss := sp.Stats()
+		st.SpoolMessages, st.SpoolBytes = ss.Messages, ss.Bytes
+		for _, n := range ss.Dropped {
+			st.SpoolDropped += n
+		}
+	}
+	return st
+}
+
+// StateTopic returns the local retained topic carrying the bridge's state.
+func (b *Bridge) StateTopic() string { return b.c.stateTop }
+
+// setState records s and publishes it (retained, locally) if it changed.
+// Any goroutine may call it: a write timeout or watchdog trip reports
+// "disconnected" at once, before the owner has noticed.
+func (b *Bridge) setState(s State, addr string, why error) {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	if addr != "" {
+		b.addr = addr
+	}
+	if why != nil {
+		b.lastErr = why.Error()
+	}
+	if b.published && b.state == s {
+		return
+	}
+	b.state, b.published = s, true
+	if s == Connected {
+		b.log.Info("uplink connected", "address", b.addr)
+	} else if why != nil {
+		b.log.Warn("uplink disconnected", "address", b.addr, "reason", why)
+	}
+	err := b.gw.Publish(&gateway.Message{
+		Topic: b.c.stateTop, Payload: []byte(s.String()), QoS: 1, Retain: true, Origin: b.origin,
+	})
+	if err != nil {
+		b.log.Error("publish state", "err", err)
+	}
+}
+
+// sink is the bridge's spool as seen by the gateway.
+type sink struct{ b *Bridge }
+
+// Accept maps m through the out rules and appends it to the spool; it
+// returns once the message is durable (group commit), before the local
+// publisher is acknowledged.
+func (k sink) Accept(m *gateway.Message) error {
+	b := k.b
+	if m.Origin == b.origin { // loop prevention (the gateway checks it too)
+		return nil
+	}
+	remote, qos, ok := b.c.outTopic(m.Topic, m.QoS)
+	if !ok {
+		return nil
+	}
+	sp := b.spool.Load()
+	if _, err := sp.Append(context.Background(), spool.Message{Topic: remote, Payload: m.Payload, QoS: qos, Retain: m.Retain}); err != nil {
+		b.acceptFailed.Add(1)
+		return fmt.Errorf("bridge %s: spool %q: %w", b.cfg.Name, m.Topic, err)
+	}
+	return nil
+}
+
+// inbound is paho's handler for every message from upstream (called in
+// order on paho's router goroutine). The upstream ack is sent only after
+// the gateway took the message; a refused message stays unacknowledged
+// and a persistent upstream session redelivers it after a reconnect.
+func (b *Bridge) inbound(_ mqtt.Client, m mqtt.Message) {
+	local, ok := b.c.inTopic(m.Topic())
+	if !ok {
+		b.log.Warn("inbound message matches no in rule; dropped", "topic", m.Topic())
+		m.Ack()
+		return
+	}
+	err := b.gw.Publish(&gateway.Message{
+		Topic: local, Payload: m.Payload(), QoS: m.Qos(), Retain: m.Retained(), Origin: b.origin,
+	})
+	if err != nil {
+		b.inboundFailed.Add(1)
+		b.log.Warn("inbound message refused locally; not acked upstream", "topic", local, "err", err)
+		return
+	}
+	m.Ack()
+	b.received.Add(1)
+}
+
+// backoff is capped exponential backoff with jitter.
+type backoff struct{ min, max, cur time.Duration }
+
+func (bo *backoff) reset() { bo.cur = 0 }
+
+// next returns a wait in [cur/2, cur] (at least min), doubling cur up to
+// max each call.
+func (bo *backoff) next() time.Duration {
+	if bo.cur == 0 {
+		bo.cur = bo.min
+	} else {
+		bo.cur = min(bo.cur*2, bo.max)
+	}
+	d := bo.cur/2 + rand.N(bo.cur/2+1)
+	return max(d, bo.min)
+}
+
+// loop is the owner goroutine's reconnect loop: each round tries the
+// addresses in order, serves the first that connects until it is lost,
+// then waits a jittered backoff (reset after every successful connection).
+func (b *Bridge) loop(ctx context.Context) {
+	bo := backoff{min: b.cfg.ReconnectMin, max: b.cfg.ReconnectMax}
+	for ctx.Err() == nil {
+		for _, u := range b.c.addrs {
+			s, err := b.connect(ctx, u)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				b.connectFailures.Add(1)
+				b.setState(Disconnected, u.Redacted(), err)
+				b.log.Info("uplink connect failed", "address", u.Redacted(), "err", err)
+				continue
+			}
+			bo.reset()
+			b.serve(ctx, s)
+			break
+		}
+		t := time.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// session is one upstream connection.
+type session struct {
+	b      *Bridge
+	addr   *url.URL
+	client mqtt.Client
+	slot   connSlot
+	lost   chan error // paho's connection-lost report; capacity 1
+
+	causeMu sync.Mutex
+	cause   error // first reason the bridge itself gave for tearing down
+}
+
+// setCause records why the bridge tears the session down (first wins).
+func (s *session) setCause(why error) {
+	s.causeMu.Lock()
+	if s.cause == nil {
+		s.cause = why
+	}
+	s.causeMu.Unlock()
+}
+
+func (s *session) getCause() error {
+	s.causeMu.Lock()
+	defer s.causeMu.Unlock()
+	return s.cause
+}
+
+// teardown reports the uplink down at once and closes its socket; paho's
+// reader then fails and reports the connection lost to the owner.
+func (s *session) teardown(why error) {
+	s.setCause(why)
+	s.b.setState(Disconnected, "", why)
+	s.slot.close()
+}
+
+// waitLost closes the socket and waits (bounded) until paho has stopped
+// its workers and reported the loss.
+func (s *session) waitLost() {
+	s.slot.close()
+	t := time.NewTimer(s.b.cfg.WriteTimeout + s.b.cfg.ConnectTimeout)
+	defer t.Stop()
+	select {
+	case <-s.lost:
+	case <-t.C:
+	}
+}
+
+// connect dials u and brings an MQTT session up, subscriptions included.
+func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
+	s := &session{b: b, addr: u, lost: make(chan error, 1)}
+	onTimeout := func(err error) {
+		b.writeTimeouts.Add(1)
+		why := fmt.Errorf("write timeout: %w", err)
+		s.setCause(why)
+		b.setState(Disconnected, "", why)
+	}
+	o := mqtt.NewClientOptions().
+		AddBroker(u.String()).
+		SetClientID(b.cfg.ClientID).
+		SetUsername(b.cfg.Username).
+		SetPassword(b.cfg.Password).
+		SetCleanSession(b.cfg.CleanSession).
+		SetProtocolVersion(b.protocol).
+		SetKeepAlive(b.cfg.KeepAlive).
+		SetPingTimeout(b.cfg.WriteTimeout). // no PINGRESP within keepalive + write_timeout = dead
+		SetConnectTimeout(b.cfg.ConnectTimeout).
+		SetWriteTimeout(b.cfg.WriteTimeout). // bounds paho's hand-off of a PUBLISH to its writer
+		SetAutoReconnect(false).             // the owner goroutine reconnects
+		SetConnectRetry(false).
+		SetStore(mqtt.NewMemoryStore()). // dropped with the client: the spool re-sends
+		SetOrderMatters(true).
+		SetAutoAckDisabled(true). // inbound acked after gateway.Publish
+		SetResumeSubs(false).
+		SetDefaultPublishHandler(b.inbound).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			select {
+			case s.lost <- err:
+			default:
+			}
+		}).
+		SetCustomOpenConnectionFn(func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+			return b.dial(ctx, uri, &s.slot, onTimeout)
+		})
+	s.client = mqtt.NewClient(o)
+	tok := s.client.Connect()
+	select {
+	case <-tok.Done():
+	case <-ctx.Done():
+		s.slot.close()
+		<-tok.Done() // bounded: the socket is closed, the dial honours ctx
+		if tok.Error() == nil {
+			s.client.Disconnect(0)
+		}
+		return nil, ctx.Err()
+	}
+	if err := tok.Error(); err != nil {
+		if ct, ok := tok.(*mqtt.ConnectToken); ok && ct.ReturnCode() == packets.ErrRefusedBadProtocolVersion && b.protocol != 4 {
+			b.log.Info("upstream refuses the bridge protocol flag; using plain MQTT 3.1.1", "address", u.Redacted())
+			b.protocol = 4
+			return b.connect(ctx, u)
+		}
+		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), err)
+	}
+	if subs := b.c.subscriptions(); subs != nil {
+		st := s.client.SubscribeMultiple(subs, nil)
+		err := waitToken(ctx, st, b.cfg.AckTimeout)
+		if err == nil {
+			for f, rc := range st.(*mqtt.SubscribeToken).Result() {
+				if rc > 2 {
+					err = errors.Join(err, fmt.Errorf("%q refused (0x%02x)", f, rc))
+				}
+			}
+		}
+		if err != nil {
+			s.waitLost()
+			return nil, fmt.Errorf("subscribe %s: %w", u.Redacted(), err)
+		}
+	}
+	return s, nil
+}
+
+// waitToken waits for t within d or until ctx ends.
+func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-timer.C:
+		return fmt.Errorf("no answer within %s", d)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// inflight is a publish handed to paho and not yet acknowledged.
+type inflight struct {
+	id   spool.ID
+	tok  mqtt.Token
+	sent time.Time
+}
+
+// serve runs a connected session until it is lost or ctx ends.
+func (b *Bridge) serve(ctx context.Context, s *session) {
+	b.lastRead.Store(time.Now().UnixNano())
+	b.connects.Add(1)
+	b.setState(Connected, s.addr.Redacted(), nil)
+
+	sctx, cancel := context.WithCancel(ctx)
+	slots := make(chan struct{}, b.cfg.MaxInflight)
+	pending := make(chan inflight, b.cfg.MaxInflight) // never blocks: slots bounds it
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.send(sctx, slots, pending) }()
+	go func() { defer wg.Done(); s.ack(sctx, slots, pending) }()
+
+	var why error
+	select {
+	case why = <-s.lost:
+	case <-ctx.Done():
+		why = errors.New("stopped")
+	}
+	if c := s.getCause(); c != nil {
+		why = c
+	}
+	cancel()
+	if ctx.Err() != nil {
+		s.client.Disconnect(250) // polite DISCONNECT; the socket is closed below anyway
+	}
+	s.slot.close()
+	wg.Wait()
+	b.inflight.Store(0)
+	b.disconnects.Add(1)
+	b.setState(Disconnected, "", why)
+}
+
+// send is the session's sender: it keeps up to max_inflight spool
+// messages in flight, oldest first, starting from the oldest unacked one.
+func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- inflight) {
+	b := s.b
+	sp := b.spool.Load()
+	var last spool.ID
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		id, m, err := sp.Next(ctx, last)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.teardown(fmt.Errorf("spool: %w", err))
+			}
+			return
+		}
+		b.inflight.Add(1)
+		now := time.Now()
+		tok := s.client.Publish(m.Topic, m.QoS, m.Retain, m.Payload)
+		b.sent.Add(1)
+		pending <- inflight{id: id, tok: tok, sent: now}
+		last = id
+	}
+}
+
+// ack is the session's acker and ack watchdog: it completes publishes in
+// send order (MQTT acks QoS 1/2 in order [MQTT-4.6.0-2]) and tears the
+// uplink down if the oldest one is older than ack_timeout with nothing
+// read from upstream since it was sent.
+func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan inflight) {
+	b := s.b
+	sp := b.spool.Load()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		var f inflight
+		select {
+		case f = <-pending:
+		case <-ctx.Done():
+			return
+		}
+		timer.Reset(time.Until(f.sent.Add(b.cfg.AckTimeout)))
+	wait:
+		for {
+			select {
+			case <-f.tok.Done():
+				timer.Stop()
+				break wait
+			case <-timer.C:
+				if b.lastRead.Load() < f.sent.UnixNano() {
+					b.trips.Add(1)
+					s.teardown(fmt.Errorf("ack watchdog: no ack for %s and nothing from upstream", b.cfg.AckTimeout))
+					return
+				}
+				timer.Reset(b.cfg.AckTimeout)
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err := f.tok.Error(); err != nil {
+			s.teardown(fmt.Errorf("publish: %w", err))
+			return
+		}
+		if err := sp.Ack(f.id); err != nil {
+			b.log.Error("spool ack", "id", uint64(f.id), "err", err)
+		}
+		b.acked.Add(1)
+		b.inflight.Add(-1)
+		<-slots
+	}
+}

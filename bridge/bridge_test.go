@@ -1,0 +1,356 @@
+package bridge_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgegw/edgegw/bridge"
+)
+
+// testConfig is a bridge to addrs with fast timers for tests.
+func testConfig(t testing.TB, name string, addrs ...string) bridge.Config {
+	return bridge.Config{
+		Name:              name,
+		Addresses:         addrs,
+		ClientID:          "edge-" + name,
+		CleanSession:      true,
+		KeepAlive:         time.Second,
+		ConnectTimeout:    time.Second,
+		WriteTimeout:      500 * time.Millisecond,
+		AckTimeout:        time.Second,
+		MaxInflight:       16,
+		ReconnectMin:      20 * time.Millisecond,
+		ReconnectMax:      200 * time.Millisecond,
+		SpoolDir:          t.TempDir(),
+		SpoolSync:         "batch",
+		SpoolSyncInterval: 5 * time.Millisecond,
+		Topics: []bridge.Rule{
+			{Pattern: "sensors/#", Direction: bridge.Out, QoS: 1, RemotePrefix: "site-a/"},
+			{Pattern: "cmd/#", Direction: bridge.In, QoS: 1, RemotePrefix: "site-a/"},
+		},
+	}
+}
+
+// running is a Bridge whose Run goroutine is stopped in cleanup (or by stop).
+type running struct {
+	*bridge.Bridge
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func runBridge(t testing.TB, cfg bridge.Config, gw bridge.Gateway) *running {
+	t.Helper()
+	b, err := bridge.New(cfg, gw, testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Bridge: b, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- b.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *running) stop(t testing.TB) {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("Run did not return")
+		}
+	})
+}
+
+func (r *running) waitState(t testing.TB, s bridge.State) {
+	t.Helper()
+	eventually(t, 15*time.Second, "bridge "+s.String(), func() bool { return r.Stats().State == s })
+}
+
+func TestOutInBoth(t *testing.T) {
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	cfg := testConfig(t, "b1", up.url())
+	cfg.Topics = append(cfg.Topics,
+		bridge.Rule{Pattern: "both/#", Direction: bridge.Both, QoS: 1, RemotePrefix: "site-a/"},
+		bridge.Rule{Pattern: "q2/#", Direction: bridge.Out, QoS: 2, LocalPrefix: "edge/", RemotePrefix: "site-a/"},
+		bridge.Rule{Pattern: "q0/#", Direction: bridge.Out, QoS: 0, RemotePrefix: "site-a/"},
+	)
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 2)
+	localSub := subscribe(t, gw.addr, "local-sub", "#", 2)
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+
+	lc := client(t, gw.addr, "local-pub")
+	uc := client(t, up.addr(), "up-pub")
+
+	// out, with prefix remap and QoS capped by the rule
+	publish(t, lc, "sensors/t1", 1, "21.5")
+	publish(t, lc, "edge/q2/a", 2, "exactly")
+	publish(t, lc, "q0/a", 1, "capped")
+	// in
+	publish(t, uc, "site-a/cmd/x", 1, "reboot")
+	// both, overlapping: each way exactly one copy
+	publish(t, lc, "both/fromlocal", 1, "L")
+	publish(t, uc, "site-a/both/fromcloud", 1, "C")
+
+	eventually(t, 10*time.Second, "out messages upstream", func() bool {
+		return upSub.has("site-a/sensors/t1", "21.5") && upSub.has("site-a/q2/a", "exactly") &&
+			upSub.has("site-a/q0/a", "capped") && upSub.has("site-a/both/fromlocal", "L")
+	})
+	eventually(t, 10*time.Second, "in messages locally", func() bool {
+		return localSub.has("cmd/x", "reboot") && localSub.has("both/fromcloud", "C")
+	})
+	// Sentinels through both ways: anything echoed would arrive before them.
+	publish(t, lc, "both/sentinel-l", 1, "end")
+	publish(t, uc, "site-a/both/sentinel-c", 1, "end")
+	eventually(t, 10*time.Second, "sentinels", func() bool {
+		return upSub.has("site-a/both/sentinel-l", "end") && localSub.has("both/sentinel-c", "end") &&
+			upSub.has("site-a/both/sentinel-c", "end") && localSub.has("both/sentinel-l", "end")
+	})
+	for topic, col := range map[string]*collector{
+		"site-a/sensors/t1": upSub, "site-a/both/fromlocal": upSub, "site-a/both/fromcloud": upSub,
+		"both/fromlocal": localSub, "both/fromcloud": localSub, "cmd/x": localSub,
+	} {
+		if n := col.count(topic); n != 1 {
+			t.Errorf("%s: %d copies, want 1", topic, n)
+		}
+	}
+	for _, m := range upSub.all() {
+		switch m.topic {
+		case "site-a/q2/a":
+			if m.qos != 2 {
+				t.Errorf("q2 arrived at qos %d", m.qos)
+			}
+		case "site-a/q0/a":
+			if m.qos != 0 {
+				t.Errorf("q0 rule: arrived at qos %d", m.qos)
+			}
+		}
+	}
+	if n := upSub.count("site-a/cmd/x"); n != 1 {
+		t.Errorf("cmd/x upstream: %d", n)
+	}
+	st := b.Stats()
+	if st.Received < 2 || st.Acked < 4 || st.Connects != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestOutageBacklog(t *testing.T) {
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	px := startProxy(t, up.addr()) // lets the test hold the bridge back until the subscriber is in
+	states := subscribe(t, gw.addr, "state-sub", "$SYS/bridge/b1/state", 1)
+	cfg := testConfig(t, "b1", px.url())
+	n := 500 // EDGEGW_BRIDGE_BACKLOG=10000 measures a larger drain
+	if v, err := strconv.Atoi(os.Getenv("EDGEGW_BRIDGE_BACKLOG")); err == nil && v > 0 {
+		// One local connection's publishes each wait for a group commit
+		// (the sink is synchronous on the gateway's reader); fill faster.
+		n, cfg.SpoolSync = v, "none"
+	}
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+
+	up.stop()
+	b.waitState(t, bridge.Disconnected)
+	lc := client(t, gw.addr, "local-pub")
+	publishMany(t, lc, "sensors/t1", n, "m") // every one acked locally: in the spool
+	if st := b.Stats(); st.SpoolMessages != int64(n) {
+		t.Fatalf("spool holds %d, want %d", st.SpoolMessages, n)
+	}
+
+	px.setRefuse(true)
+	up.start()
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
+	start := time.Now()
+	px.setRefuse(false)
+	eventually(t, 30*time.Second, "backlog upstream", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == n })
+	elapsed := time.Since(start)
+	dups := inOrder(t, upSub.all(), "site-a/sensors/t1", "m", n)
+	t.Logf("drained %d messages in %s (%.0f msg/s incl. reconnect), %d duplicates", n, elapsed, float64(n)/elapsed.Seconds(), dups)
+	eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+
+	var seq []string
+	for _, m := range states.all() {
+		if len(seq) == 0 || seq[len(seq)-1] != m.payload {
+			seq = append(seq, m.payload)
+		}
+	}
+	want := []string{"connected", "disconnected", "connected"}
+	if len(seq) < 3 || seq[len(seq)-3] != want[0] || seq[len(seq)-2] != want[1] || seq[len(seq)-1] != want[2] {
+		t.Errorf("state sequence %v, want it to end with %v", seq, want)
+	}
+}
+
+// TestHalfOpenUplink freezes the proxy (both sockets stay open, nothing is
+// forwarded) and checks that each detector finds the dead uplink in time,
+// that the state says so at once, and that everything acked locally
+// arrives after the link comes back.
+func TestHalfOpenUplink(t *testing.T) {
+	cases := []struct {
+		name       string
+		ackTimeout time.Duration
+		small, big int // messages published while frozen
+		limit      time.Duration
+		check      func(bridge.Stats) bool
+	}{
+		// small publishes in flight: the ack watchdog (ack_timeout 1s)
+		{"watchdog", time.Second, 20, 0, 2 * time.Second,
+			func(s bridge.Stats) bool { return s.WatchdogTrips > 0 }},
+		// an 8 MiB publish fills the socket: the write deadline (500ms)
+		{"write deadline", time.Minute, 0, 1, 2 * time.Second,
+			func(s bridge.Stats) bool { return s.WriteTimeouts > 0 }},
+		// nothing to send: paho's pinger (keepalive 1s + write_timeout 500ms)
+		{"keepalive", time.Minute, 0, 0, 3 * time.Second,
+			func(s bridge.Stats) bool { return s.WatchdogTrips == 0 && s.WriteTimeouts == 0 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := startMosquitto(t)
+			gw := startGateway(t)
+			px := startProxy(t, up.addr())
+			upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
+			cfg := testConfig(t, "b1", px.url())
+			cfg.AckTimeout = tc.ackTimeout
+			b := runBridge(t, cfg, gw.srv)
+			b.waitState(t, bridge.Connected)
+			lc := client(t, gw.addr, "local-pub")
+
+			publishMany(t, lc, "sensors/t1", 20, "a")
+			eventually(t, 10*time.Second, "first batch", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 20 })
+
+			px.freeze()
+			frozen := time.Now()
+			publishMany(t, lc, "sensors/t1", tc.small, "b") // acked locally although the uplink is dead
+			for range tc.big {
+				publish(t, lc, "sensors/big", 1, string(make([]byte, 8<<20)))
+			}
+			b.waitState(t, bridge.Disconnected)
+			detect := time.Since(frozen)
+			st := b.Stats()
+			t.Logf("half-open detected after %s (limit %s): watchdog trips %d, write timeouts %d, reason %q",
+				detect, tc.limit, st.WatchdogTrips, st.WriteTimeouts, st.LastError)
+			if detect > tc.limit {
+				t.Errorf("detection took %s, want <= %s", detect, tc.limit)
+			}
+			if !tc.check(st) {
+				t.Errorf("wrong detector: %+v", st)
+			}
+
+			px.unfreeze()
+			b.waitState(t, bridge.Connected)
+			eventually(t, 20*time.Second, "everything after unfreeze", func() bool {
+				all := upSub.all()
+				return countDistinct(all, "site-a/sensors/t1") == 20+tc.small && countDistinct(all, "site-a/sensors/big") == tc.big
+			})
+			var rest []rx
+			for _, m := range upSub.all() {
+				if m.topic == "site-a/sensors/t1" && m.payload[0] == 'b' {
+					rest = append(rest, m)
+				}
+			}
+			inOrder(t, rest, "site-a/sensors/t1", "b", tc.small)
+			eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+		})
+	}
+}
+
+func TestBoundedInflight(t *testing.T) {
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	px := startProxy(t, up.addr())
+	px.setAckDelay(20 * time.Millisecond)
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
+	cfg := testConfig(t, "b1", px.url())
+	cfg.MaxInflight = 4
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+
+	const n = 200
+	var maxSeen int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			maxSeen = max(maxSeen, b.Stats().InFlight)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	lc := client(t, gw.addr, "local-pub")
+	publishMany(t, lc, "sensors/t1", n, "m")
+	eventually(t, 30*time.Second, "all upstream", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == n })
+	close(stop)
+	wg.Wait()
+	inOrder(t, upSub.all(), "site-a/sensors/t1", "m", n)
+	t.Logf("max unacked at the proxy %d, max Stats.InFlight %d, window %d", px.maxOutstanding(), maxSeen, cfg.MaxInflight)
+	if got := px.maxOutstanding(); got > cfg.MaxInflight || got < 2 {
+		t.Errorf("unacked PUBLISH at the proxy peaked at %d, window %d", got, cfg.MaxInflight)
+	}
+	if maxSeen > int64(cfg.MaxInflight) {
+		t.Errorf("Stats.InFlight peaked at %d, window %d", maxSeen, cfg.MaxInflight)
+	}
+}
+
+func TestRestartDurability(t *testing.T) {
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, "b1", "tcp://127.0.0.1:"+strconv.Itoa(freePort(t))) // nobody listens
+	cfg.SpoolDir = dir
+	b1 := runBridge(t, cfg, gw.srv)
+	eventually(t, 10*time.Second, "a failed connect", func() bool { return b1.Stats().ConnectFailures > 0 })
+	lc := client(t, gw.addr, "local-pub")
+	publishMany(t, lc, "sensors/t1", 50, "m")
+	b1.stop(t)
+
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
+	cfg.Addresses = []string{"tcp://127.0.0.1:" + strconv.Itoa(freePort(t)), up.url()} // failover to the second
+	b2 := runBridge(t, cfg, gw.srv)
+	eventually(t, 20*time.Second, "messages from the old spool", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 50 })
+	inOrder(t, upSub.all(), "site-a/sensors/t1", "m", 50)
+	if st := b2.Stats(); st.Address != up.url() {
+		t.Errorf("connected to %q, want failover to %q", st.Address, up.url())
+	}
+}
+
+// TestReconnectChurn drops the uplink 30 times while messages flow: every
+// message arrives, Connects counts each reconnect, and (TestMain's goleak)
+// no goroutine outlives the bridge.
+func TestReconnectChurn(t *testing.T) {
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	px := startProxy(t, up.addr())
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
+	b := runBridge(t, testConfig(t, "b1", px.url()), gw.srv)
+	b.waitState(t, bridge.Connected)
+	lc := client(t, gw.addr, "local-pub")
+	const rounds, per = 30, 20
+	for i := range rounds {
+		publishMany(t, lc, "sensors/t1", per, "r"+strconv.Itoa(i)+"-")
+		px.reset()
+		eventually(t, 10*time.Second, "reconnect", func() bool {
+			st := b.Stats()
+			return st.Connects == uint64(i+2) && st.State == bridge.Connected
+		})
+	}
+	eventually(t, 20*time.Second, "all messages", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == rounds*per })
+	eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	st := b.Stats()
+	t.Logf("%d reconnects: sent %d, acked %d (%d re-sent)", st.Connects-1, st.Sent, st.Acked, st.Sent-rounds*per)
+}

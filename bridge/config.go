@@ -1,0 +1,331 @@
+package bridge
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+	"github.com/edgegw/edgegw/gateway/topics"
+)
+
+// Direction says which way a topic rule carries messages.
+type Direction string
+
+// The directions of a topic rule (mosquitto's topic directions).
+const (
+	Out  Direction = "out"  // local -> upstream
+	In   Direction = "in"   // upstream -> local
+	Both Direction = "both" // both ways
+)
+
+func (d Direction) out() bool { return d == Out || d == Both }
+func (d Direction) in() bool  { return d == In || d == Both }
+
+// Rule is one topic rule, with the semantics of mosquitto's
+// "topic <pattern> <direction> <qos> <local-prefix> <remote-prefix>":
+// locally it matches LocalPrefix+Pattern, upstream RemotePrefix+Pattern,
+// and a message crossing the bridge has one prefix swapped for the other.
+type Rule struct {
+	Pattern      string    // MQTT topic filter (may hold + and #)
+	Direction    Direction // out | in | both
+	QoS          int       // 0..2: upstream publish QoS cap (out), subscription QoS (in)
+	LocalPrefix  string    // prepended to Pattern locally
+	RemotePrefix string    // prepended to Pattern upstream
+}
+
+// TLSConfig is the client side TLS of the uplink, used for tls://, ssl://
+// and wss:// addresses.
+type TLSConfig struct {
+	CA                 string // PEM CA bundle file; "" = system roots
+	Cert               string // client certificate file (mTLS, e.g. AWS IoT)
+	Key                string // client key file
+	ServerName         string // overrides the host name checked in the server certificate
+	InsecureSkipVerify bool   // never in production
+}
+
+// Config is one bridge; the fields mirror the keys of a `bridges:` entry.
+// Zero durations and sizes take the defaults listed on each field.
+type Config struct {
+	Name         string   // unique; names $SYS/bridge/<name>/state and the sink
+	Addresses    []string // tcp:// tls:// ssl:// ws:// wss://, tried in order
+	ClientID     string   // required unless CleanSession
+	Username     string
+	Password     string
+	CleanSession bool
+
+	KeepAlive      time.Duration // default 30s; whole seconds on the wire
+	ConnectTimeout time.Duration // dial + TLS + CONNACK; default 10s
+	WriteTimeout   time.Duration // deadline of every uplink write; default 5s
+	AckTimeout     time.Duration // ack watchdog; default 20s
+	MaxInflight    int           // unacknowledged upstream publishes; default 32
+	ReconnectMin   time.Duration // default 1s
+	ReconnectMax   time.Duration // default 60s
+
+	// NoBridgeFlag sends plain MQTT 3.1.1 (protocol level 4) in CONNECT
+	// instead of level 0x84, the "bridge" flag mosquitto (try_private)
+	// and EMQX understand: with it the upstream broker never echoes our
+	// own publishes back to us. A broker that refuses 0x84 with
+	// "unacceptable protocol version" is retried with 4 automatically.
+	NoBridgeFlag bool
+
+	TLS TLSConfig
+
+	SpoolDir          string        // durable spool directory; "" = a temporary, non-durable one
+	SpoolMaxBytes     int64         // default 256 MiB
+	SpoolSync         string        // always | batch | none; default batch
+	SpoolSyncInterval time.Duration // group commit window; default 20ms
+
+	Topics []Rule
+}
+
+// Defaults of Config fields left zero.
+const (
+	DefaultKeepAlive      = 30 * time.Second
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultWriteTimeout   = 5 * time.Second
+	DefaultAckTimeout     = 20 * time.Second
+	DefaultMaxInflight    = 32
+	DefaultReconnectMin   = time.Second
+	DefaultReconnectMax   = 60 * time.Second
+)
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.KeepAlive, DefaultKeepAlive)
+	def(&c.ConnectTimeout, DefaultConnectTimeout)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.AckTimeout, DefaultAckTimeout)
+	def(&c.ReconnectMin, DefaultReconnectMin)
+	def(&c.ReconnectMax, DefaultReconnectMax)
+	def(&c.SpoolSyncInterval, spool.DefaultSyncInterval)
+	if c.MaxInflight == 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.SpoolMaxBytes == 0 {
+		c.SpoolMaxBytes = spool.DefaultMaxBytes
+	}
+	if c.SpoolSync == "" {
+		c.SpoolSync = spool.SyncBatch.String()
+	}
+}
+
+// Validate checks c (after defaults) and reports every problem together,
+// each naming its key, so check-config can print them all.
+func (c Config) Validate() error {
+	c.setDefaults()
+	_, err := c.compile()
+	return err
+}
+
+// compiled is a validated Config in the form the bridge uses.
+type compiled struct {
+	addrs    []*url.URL
+	tls      *tls.Config
+	sync     spool.SyncMode
+	out, in  []rule
+	stateTop string
+}
+
+// rule is a Rule with its two filters precomputed.
+type rule struct {
+	Rule
+	localFilter, remoteFilter string
+}
+
+var schemes = map[string]string{"tcp": "1883", "mqtt": "1883", "tls": "8883", "ssl": "8883", "mqtts": "8883", "ws": "", "wss": ""}
+
+func (c Config) compile() (*compiled, error) {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
+	}
+	out := &compiled{}
+	if c.Name == "" {
+		bad("name", "is required")
+	} else if strings.ContainsAny(c.Name, "/+#\x00") {
+		bad("name", "%q must not contain '/', '+', '#' or NUL", c.Name)
+	}
+	out.stateTop = "$SYS/bridge/" + c.Name + "/state"
+	if len(c.Addresses) == 0 {
+		bad("addresses", "at least one address is required")
+	}
+	needTLS := false
+	for i, a := range c.Addresses {
+		u, err := url.Parse(a)
+		key := fmt.Sprintf("addresses[%d]", i)
+		if err != nil {
+			bad(key, "%v", err)
+			continue
+		}
+		port, ok := schemes[u.Scheme]
+		if !ok {
+			bad(key, "%q: scheme must be tcp, tls, ssl, ws or wss", a)
+			continue
+		}
+		if u.Hostname() == "" {
+			bad(key, "%q: no host", a)
+			continue
+		}
+		if u.Port() == "" && port != "" {
+			u.Host = net.JoinHostPort(u.Hostname(), port)
+		}
+		if u.Scheme == "tls" || u.Scheme == "ssl" || u.Scheme == "mqtts" || u.Scheme == "wss" {
+			needTLS = true
+		}
+		out.addrs = append(out.addrs, u)
+	}
+	if !c.CleanSession && c.ClientID == "" {
+		bad("client_id", "is required with clean_session: false (the upstream session is keyed by it)")
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"keepalive", c.KeepAlive}, {"connect_timeout", c.ConnectTimeout}, {"write_timeout", c.WriteTimeout},
+		{"ack_timeout", c.AckTimeout}, {"reconnect_min", c.ReconnectMin}, {"reconnect_max", c.ReconnectMax}} {
+		if d.v < 0 {
+			bad(d.key, "must not be negative")
+		}
+	}
+	if c.KeepAlive > 0 && c.KeepAlive < time.Second {
+		bad("keepalive", "%s: at least 1s (MQTT counts whole seconds)", c.KeepAlive)
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		bad("reconnect_max", "%s is below reconnect_min %s", c.ReconnectMax, c.ReconnectMin)
+	}
+	if c.MaxInflight < 1 || c.MaxInflight > 65535 {
+		bad("max_inflight", "%d: must be 1..65535", c.MaxInflight)
+	}
+	if c.SpoolMaxBytes < 0 {
+		bad("spool.max_bytes", "must not be negative")
+	}
+	if m, err := spool.ParseSyncMode(c.SpoolSync); err != nil {
+		bad("spool.sync", "%v", err)
+	} else {
+		out.sync = m
+	}
+	for i, r := range c.Topics {
+		key := fmt.Sprintf("topics[%d]", i)
+		if r.Direction != Out && r.Direction != In && r.Direction != Both {
+			bad(key+".direction", "%q: must be out, in or both", r.Direction)
+		}
+		if r.QoS < 0 || r.QoS > 2 {
+			bad(key+".qos", "%d: must be 0, 1 or 2", r.QoS)
+		}
+		if strings.ContainsAny(r.LocalPrefix, "+#") {
+			bad(key+".local_prefix", "%q must not contain wildcards", r.LocalPrefix)
+		}
+		if strings.ContainsAny(r.RemotePrefix, "+#") {
+			bad(key+".remote_prefix", "%q must not contain wildcards", r.RemotePrefix)
+		}
+		cr := rule{Rule: r, localFilter: r.LocalPrefix + r.Pattern, remoteFilter: r.RemotePrefix + r.Pattern}
+		if r.Pattern == "" {
+			bad(key+".pattern", "is required")
+		} else {
+			if err := topics.ValidFilter(cr.localFilter); err != nil {
+				bad(key+".pattern", "local filter %q: %v", cr.localFilter, err)
+			}
+			if err := topics.ValidFilter(cr.remoteFilter); err != nil {
+				bad(key+".pattern", "remote filter %q: %v", cr.remoteFilter, err)
+			}
+		}
+		if r.Direction.out() {
+			out.out = append(out.out, cr)
+		}
+		if r.Direction.in() {
+			out.in = append(out.in, cr)
+		}
+	}
+	if len(c.Topics) == 0 {
+		bad("topics", "at least one topic rule is required")
+	}
+	if needTLS || c.TLS != (TLSConfig{}) {
+		t, err := c.TLS.build()
+		if err != nil {
+			bad("tls", "%v", err)
+		}
+		out.tls = t
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("bridge %q: %w", c.Name, err)
+	}
+	return out, nil
+}
+
+// build loads the files named by t.
+func (t TLSConfig) build() (*tls.Config, error) {
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify, // #nosec G402 -- operator's explicit choice
+	}
+	if t.CA != "" {
+		pem, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, fmt.Errorf("ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca: %s holds no PEM certificate", t.CA)
+		}
+		cfg.RootCAs = pool
+	}
+	if (t.Cert == "") != (t.Key == "") {
+		return nil, errors.New("cert and key must be given together")
+	}
+	if t.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("cert/key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// outTopic maps a local topic to its upstream topic and QoS through the
+// first out rule that matches it.
+func (c *compiled) outTopic(local string, qos byte) (string, byte, bool) {
+	for _, r := range c.out {
+		if strings.HasPrefix(local, r.LocalPrefix) && topics.MatchFilter(r.localFilter, local) {
+			return r.RemotePrefix + local[len(r.LocalPrefix):], min(qos, byte(r.QoS)), true
+		}
+	}
+	return "", 0, false
+}
+
+// inTopic maps an upstream topic to its local topic through the first in
+// rule that matches it.
+func (c *compiled) inTopic(remote string) (string, bool) {
+	for _, r := range c.in {
+		if strings.HasPrefix(remote, r.RemotePrefix) && topics.MatchFilter(r.remoteFilter, remote) {
+			return r.LocalPrefix + remote[len(r.RemotePrefix):], true
+		}
+	}
+	return "", false
+}
+
+// subscriptions is the upstream SUBSCRIBE of the in rules (highest QoS per
+// filter).
+func (c *compiled) subscriptions() map[string]byte {
+	if len(c.in) == 0 {
+		return nil
+	}
+	m := make(map[string]byte, len(c.in))
+	for _, r := range c.in {
+		if q, ok := m[r.remoteFilter]; !ok || byte(r.QoS) > q {
+			m[r.remoteFilter] = byte(r.QoS)
+		}
+	}
+	return m
+}

@@ -1,0 +1,312 @@
+package bridge_test
+
+// proxy is a fault-injecting TCP proxy between the bridge and mosquitto
+// (CONVENTIONS 17): it forwards whole MQTT packets and can freeze (stop
+// forwarding both ways while keeping both sockets open: a half-open
+// uplink), refuse new connections, and delay packets from the broker. It
+// counts QoS 1/2 PUBLISH packets it forwarded upstream that have not yet
+// been acknowledged back to the bridge.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type proxy struct {
+	ln     net.Listener
+	target string
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu          sync.Mutex
+	thaw        chan struct{} // nil when not frozen; closed on unfreeze
+	refuse      bool
+	ackDelay    time.Duration
+	conns       []net.Conn
+	maxOutstand int // largest per-connection count of unacked QoS>0 PUBLISH
+	accepted    int
+}
+
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	// A small fixed receive buffer (no autotuning), like a cellular
+	// modem's, so that a frozen proxy backs the bridge's writes up quickly.
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10)
+		})
+		return errors.Join(err, serr)
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &proxy{ln: ln, target: target, ctx: ctx, cancel: cancel}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) url() string { return "tcp://" + p.ln.Addr().String() }
+
+func (p *proxy) close() {
+	p.cancel()
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *proxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.thaw == nil {
+		p.thaw = make(chan struct{})
+	}
+}
+
+func (p *proxy) unfreeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.thaw != nil {
+		close(p.thaw)
+		p.thaw = nil
+	}
+}
+
+func (p *proxy) setRefuse(v bool) {
+	p.mu.Lock()
+	p.refuse = v
+	p.mu.Unlock()
+}
+
+func (p *proxy) setAckDelay(d time.Duration) {
+	p.mu.Lock()
+	p.ackDelay = d
+	p.mu.Unlock()
+}
+
+func (p *proxy) maxOutstanding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxOutstand
+}
+
+// gate blocks while the proxy is frozen; false when the proxy is closing.
+func (p *proxy) gate() bool {
+	p.mu.Lock()
+	ch := p.thaw
+	p.mu.Unlock()
+	if ch == nil {
+		return p.ctx.Err() == nil
+	}
+	select {
+	case <-ch:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+func (p *proxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refuse := p.refuse
+		p.accepted++
+		p.mu.Unlock()
+		if refuse {
+			c.Close()
+			continue
+		}
+
+		up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.track(c)
+		p.track(up)
+		pc := &pconn{p: p, out: map[uint16]bool{}}
+		p.wg.Add(2)
+		go pc.pipe(c, up, true)
+		go pc.pipe(up, c, false)
+	}
+}
+
+// pconn is one proxied connection.
+type pconn struct {
+	p   *proxy
+	mu  sync.Mutex
+	out map[uint16]bool // QoS>0 PUBLISH ids sent upstream, not yet acked to the bridge
+}
+
+type frame struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe forwards packets from src to dst; up is the bridge -> broker way.
+func (pc *pconn) pipe(src, dst net.Conn, up bool) {
+	defer pc.p.wg.Done()
+	defer src.Close()
+	defer dst.Close()
+	frames := make(chan frame, 4096)
+	var ww sync.WaitGroup
+	ww.Add(1)
+	go func() { // writer: honours the delay without holding up the reader
+		defer ww.Done()
+		defer dst.Close()
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for f := range frames {
+			if d := time.Until(f.due); d > 0 {
+				t.Reset(d)
+				select {
+				case <-t.C:
+				case <-pc.p.ctx.Done():
+					return
+				}
+			}
+			if !pc.p.gate() {
+				return
+			}
+			if !up {
+				pc.acked(f.b)
+			}
+			if _, err := dst.Write(f.b); err != nil {
+				return
+			}
+		}
+	}()
+	defer ww.Wait()
+	defer close(frames)
+	r := bufio.NewReader(gatedReader{pc.p, src})
+	for {
+		b, err := readPacket(r)
+		if err != nil {
+			return
+		}
+		due := time.Now()
+		if up {
+			pc.sent(b)
+		} else {
+			pc.p.mu.Lock()
+			due = due.Add(pc.p.ackDelay)
+			pc.p.mu.Unlock()
+		}
+		select {
+		case frames <- frame{b, due}:
+		case <-pc.p.ctx.Done():
+			return
+		}
+	}
+}
+
+func (pc *pconn) sent(b []byte) {
+	if b[0]>>4 != 3 || (b[0]>>1)&3 == 0 {
+		return
+	}
+	body := b[1:]
+	for body[0]&0x80 != 0 { // skip remaining length
+		body = body[1:]
+	}
+	body = body[1:]
+	tl := int(binary.BigEndian.Uint16(body))
+	id := binary.BigEndian.Uint16(body[2+tl:])
+	pc.mu.Lock()
+	pc.out[id] = true
+	n := len(pc.out)
+	pc.mu.Unlock()
+	pc.p.mu.Lock()
+	pc.p.maxOutstand = max(pc.p.maxOutstand, n)
+	pc.p.mu.Unlock()
+}
+
+func (pc *pconn) acked(b []byte) {
+	if typ := b[0] >> 4; typ != 4 && typ != 7 { // PUBACK, PUBCOMP
+		return
+	}
+	id := binary.BigEndian.Uint16(b[2:])
+	pc.mu.Lock()
+	delete(pc.out, id)
+	pc.mu.Unlock()
+}
+
+// readPacket reads one whole MQTT packet.
+func readPacket(r *bufio.Reader) ([]byte, error) {
+	h, err := r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	b := []byte{h}
+	n, mul := 0, 1
+	for i := 0; ; i++ {
+		c, err := r.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, c)
+		n += int(c&0x7f) * mul
+		mul *= 128
+		if c&0x80 == 0 || i == 3 {
+			break
+		}
+	}
+	start := len(b)
+	b = append(b, make([]byte, n)...)
+	if _, err := io.ReadFull(r, b[start:]); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// gatedReader stops reading while the proxy is frozen (a read already
+// waiting in the kernel still returns, at most one buffer's worth).
+type gatedReader struct {
+	p *proxy
+	c net.Conn
+}
+
+func (g gatedReader) Read(b []byte) (int, error) {
+	if !g.p.gate() {
+		return 0, io.EOF
+	}
+	return g.c.Read(b)
+}
+
+// reset closes every proxied connection (both sides) at once.
+func (p *proxy) reset() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}

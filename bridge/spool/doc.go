@@ -1,0 +1,103 @@
+// Package spool is the bridge's durable store-and-forward queue.
+//
+// A message bound for the cloud broker is appended to the spool before the
+// gateway acknowledges it to the sensor (PUBACK/PUBREC), and it is removed
+// only when the upstream broker has acknowledged it (DESIGN.md, principle 4).
+// The bridge is the only user: Append on the receive path, Next/Peek and Ack
+// on the uplink path.
+//
+// # Files
+//
+// A spool directory holds:
+//
+//	LOCK                      flock(2)ed while a process has the spool open
+//	0000000000000001.seg      segments, named by the hex ID of their first record
+//	0000000000000a3c.seg      ... only the newest one (the active one) is appended to
+//	acks.log                  removed-ID ranges (acks and drops)
+//	acks.log.tmp              a checkpoint being written; deleted at Open
+//
+// A segment starts with a 16-byte header
+//
+//	"EGSP" | version (1 byte, =1) | 3 reserved bytes | first ID (uint64 LE)
+//
+// followed by records, all integers little endian:
+//
+//	length uint32 | crc32c(body) uint32 | body
+//	body = id uint64 | flags uint8 (bits 0-1 QoS, bit 2 retain) |
+//	       topic length uint16 | topic | payload
+//
+// IDs are consecutive inside a segment (first ID, first ID+1, ...) and grow
+// monotonically across segments and restarts. Segments are append-only and
+// never rewritten; a new one is started when the active one would exceed
+// Options.SegmentSize, and a sealed segment is deleted as soon as every
+// record in it is acked or dropped.
+//
+// acks.log starts with an 8-byte header ("EGAK" | version | 3 reserved) and
+// holds fixed 24-byte records
+//
+//	crc32c(rest) uint32 | kind uint8 (=1 removed) | 3 reserved | first uint64 | last uint64
+//
+// each marking the IDs first..last as removed. Consecutive acks coalesce into
+// one range, so an in-order ack stream costs one record per flush. When the
+// file has grown past a threshold it is replaced by a checkpoint (written to
+// acks.log.tmp, fsynced, renamed): one range 1..W, where W is just below the
+// oldest live record, plus the removed ranges above W (out-of-order acks).
+// Open always writes such a checkpoint, which also discards a torn tail.
+//
+// # Durability contract
+//
+// A record is written to the active segment (pwrite, no user-space buffer)
+// before Append returns, so from then on it survives kill -9 in every mode.
+// Against power loss:
+//
+//   - SyncAlways: Append returns after an fsync that covers the record.
+//     Concurrent appenders share an fsync (the flusher starts one as soon as
+//     someone waits, and everyone who wrote meanwhile rides the next one).
+//   - SyncBatch: Append returns after the group commit that covers it: the
+//     flusher waits Options.SyncInterval after the first write, then does one
+//     fsync for every record written in that window.
+//   - SyncNone: never fsyncs except on Close; the OS decides.
+//
+// Every fsync is done by one flusher goroutine, never under the spool's
+// lock: each segment written since the last flush, the directory if a
+// segment was created (so its name survives), then acks.log. If a write or
+// an fsync fails the spool is failed: the waiting and every later Append
+// return the error (a failed fsync may have dropped dirty pages; retrying it
+// would lie).
+//
+// Acks are best effort by design (QoS 1 is at-least-once): they are buffered
+// in memory and written to acks.log by the flusher, with an fsync in
+// SyncBatch/SyncAlways, within one SyncInterval. A crash can forget the acks
+// of the last window, so those messages are sent again after a restart.
+// Within one flush the segment is synced before the acks are written, so a
+// durable ack never refers to a record that is not durable.
+//
+// Next and Peek see a record as soon as it is written, before its fsync, so
+// the bridge may already send it upstream while its Append still waits.
+// After a power loss such a record may be gone (it was never confirmed to
+// the sensor) and its ID may be given to a new record: IDs are unique among
+// records that were ever durable.
+//
+// Open scans every segment that still holds live records, verifies each
+// record's length, CRC and ID, and truncates a segment at its first bad
+// record (a torn or corrupt tail: counted in Stats.CorruptTail and logged).
+// Segments entirely covered by acks.log are deleted without being read. A
+// segment whose header is not ours is renamed to *.corrupt and skipped; an
+// unknown format version makes Open fail rather than guess.
+//
+// # Bounds and overflow policy
+//
+// Options.MaxBytes bounds the topic+payload bytes of live (unacked) records.
+// When an Append would exceed it, the OLDEST live records are dropped until
+// the new one fits (Stats.Dropped[DropSpoolFull]): at the edge the newest
+// sensor data is the most valuable. A message larger than MaxBytes on its own
+// is rejected with ErrTooLarge. Dropped records are written to acks.log like
+// acks, so they do not come back after a restart.
+//
+// Disk usage also includes acked records sharing a segment with live ones.
+// Those "pinned" bytes in sealed segments are bounded too: above
+// max(MaxBytes/2, 2*SegmentSize) the oldest live records are dropped (same
+// reason) until their segment can be deleted. Memory is 4 bytes plus one bit
+// per record on disk, plus one segment struct per file; payloads are read
+// back from disk (usually the page cache) by Next and Peek.
+package spool

@@ -1,0 +1,251 @@
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// flushLoop is the group-commit goroutine. It sleeps on s.kick (no timer
+// ticks while idle), holds the batch window open, then flushes: fsync of the
+// active segment, acks to acks.log, and wake-up of the waiting Appends.
+func (s *Spool) flushLoop() {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-s.kick:
+		case <-s.quit:
+			s.flush(true)
+			return
+		}
+		if !s.window(t) {
+			s.flush(true)
+			return
+		}
+		s.flush(false)
+	}
+}
+
+// window waits SyncInterval so that more records and acks join the flush.
+// In SyncAlways mode it ends as soon as an Append waits. It returns false
+// when the spool is closing.
+func (s *Spool) window(t *time.Timer) bool {
+	always := s.opts.Sync == SyncAlways
+	t.Reset(s.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		if always && s.hasWaiters() {
+			return true
+		}
+		select {
+		case <-t.C:
+			return true
+		case <-s.kick:
+		case <-s.quit:
+			return false
+		}
+	}
+}
+
+func (s *Spool) hasWaiters() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batch != nil
+}
+
+// flush makes everything written so far durable and completes the current
+// batch. final (from Close) syncs even in SyncNone mode. Only called by the
+// flusher goroutine.
+func (s *Spool) flush(final bool) {
+	doSync := final || s.opts.Sync != SyncNone
+
+	s.mu.Lock()
+	b := s.batch
+	s.batch = nil
+	var toSync []*segment
+	switch {
+	case s.opts.Sync != SyncNone:
+		toSync, s.unsynced = s.unsynced, nil
+	case final:
+		for _, g := range s.segs {
+			if g.unsynced {
+				toSync = append(toSync, g)
+			}
+		}
+	}
+	for _, g := range toSync {
+		g.unsynced = false
+	}
+	acks := s.acks
+	s.acks, s.acksSpare = s.acksSpare[:0], nil
+	var ckpt []byte
+	if len(acks) > 0 && s.ackSize+int64(len(acks))*ackRecSize > s.compactAt {
+		// The checkpoint holds every removal, acks included.
+		ckpt = s.checkpointLocked()
+	}
+	s.mu.Unlock()
+
+	err := s.syncSegments(toSync)
+
+	var ackErr error
+	switch {
+	case ckpt != nil:
+		if ackErr = s.writeCheckpoint(ckpt, doSync); ackErr != nil {
+			ackErr = errors.Join(ackErr, s.appendAcks(acks, doSync))
+		}
+	case len(acks) > 0:
+		ackErr = s.appendAcks(acks, doSync)
+	case final && s.ackUnsynced:
+		s.syncs.Add(1)
+		ackErr = s.ackFile.Sync()
+	}
+	if ackErr != nil {
+		// Not fatal: a lost ack means a duplicate upstream after a restart.
+		s.log.Warn("writing acks failed; acked messages may be sent again", "err", ackErr)
+	}
+
+	s.mu.Lock()
+	s.acksSpare = acks[:0]
+	if err != nil {
+		s.failLocked(err)
+	}
+	err = s.failed
+	s.mu.Unlock()
+	if b != nil {
+		b.err = err
+		close(b.done)
+	}
+}
+
+// syncSegments fsyncs segments, and the directory if one of them is new.
+// Flusher only.
+func (s *Spool) syncSegments(segs []*segment) error {
+	var err error
+	dir := false
+	for _, g := range segs {
+		s.syncs.Add(1)
+		// os.ErrClosed: deleted meanwhile, all its records are gone.
+		if e := g.f.Sync(); e != nil && !errors.Is(e, os.ErrClosed) && err == nil {
+			err = fmt.Errorf("spool: sync %s: %w", filepath.Base(g.path), e)
+		}
+		dir = dir || g.newFile
+	}
+	if dir && err == nil {
+		s.syncs.Add(1)
+		if err = syncDir(s.opts.Dir); err != nil {
+			err = fmt.Errorf("spool: sync directory: %w", err)
+		} else {
+			s.mu.Lock()
+			for _, g := range segs {
+				g.newFile = false
+			}
+			s.mu.Unlock()
+		}
+	}
+	return err
+}
+
+// appendAcks writes removal ranges to acks.log. Flusher only.
+func (s *Spool) appendAcks(acks []ackRange, doSync bool) error {
+	buf := s.ackBuf[:0]
+	for _, r := range acks {
+		buf = appendAckRecord(buf, r)
+	}
+	s.ackBuf = buf
+	if _, err := s.ackFile.WriteAt(buf, s.ackSize); err != nil {
+		// Keep the file a sequence of whole records.
+		return errors.Join(err, s.ackFile.Truncate(s.ackSize))
+	}
+	s.ackSize += int64(len(buf))
+	s.ackUnsynced = !doSync
+	if !doSync {
+		return nil
+	}
+	s.syncs.Add(1)
+	return s.ackFile.Sync()
+}
+
+// checkpointLocked encodes a complete acks.log: 1..W removed, where W is
+// just below the oldest live record, plus the removed runs above W. Caller
+// holds s.mu.
+func (s *Spool) checkpointLocked() []byte {
+	buf := ackHeader()
+	w := s.nextID - 1
+	if s.live > 0 {
+		g, i := s.oldestLocked()
+		w = g.base + ID(i) - 1
+	}
+	if w >= 1 {
+		buf = appendAckRecord(buf, ackRange{1, w})
+	}
+	for _, g := range s.segs {
+		if g.dead == segHeaderSize || g.last() <= w {
+			continue // nothing removed, or all below w
+		}
+		var run ackRange
+		for i := max(int(int64(w)-int64(g.base))+1, 0); i < g.count(); i++ {
+			if i&63 == 0 && g.removed[i>>6] == 0 {
+				i += 63
+				continue
+			}
+			if !g.isRemoved(i) {
+				continue
+			}
+			id := g.base + ID(i)
+			if run.first != 0 && run.last+1 == id {
+				run.last = id
+				continue
+			}
+			if run.first != 0 {
+				buf = appendAckRecord(buf, run)
+			}
+			run = ackRange{id, id}
+		}
+		if run.first != 0 {
+			buf = appendAckRecord(buf, run)
+		}
+	}
+	return buf
+}
+
+// writeCheckpoint replaces acks.log with data (write to a temporary file,
+// fsync, rename, fsync the directory). Flusher only (or Open).
+func (s *Spool) writeCheckpoint(data []byte, doSync bool) error {
+	tmp := filepath.Join(s.opts.Dir, ackTmpName)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil && doSync {
+		s.syncs.Add(1)
+		err = f.Sync()
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(s.opts.Dir, ackFileName))
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write acks checkpoint: %w", err)
+	}
+	// Renamed: f is acks.log now, whatever happens next.
+	if s.ackFile != nil {
+		s.ackFile.Close()
+	}
+	s.ackFile = f
+	s.ackSize = int64(len(data))
+	s.ackUnsynced = !doSync
+	s.compactAt = max(ackCompactMin, 4*s.ackSize)
+	if doSync {
+		s.syncs.Add(1)
+		if err := syncDir(s.opts.Dir); err != nil {
+			return fmt.Errorf("write acks checkpoint: sync dir: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package spool
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// On-disk format; see the package documentation.
+const (
+	formatVersion = 1
+
+	segMagic      = "EGSP"
+	segSuffix     = ".seg"
+	segHeaderSize = 16
+
+	recHeaderSize = 8  // length + crc
+	recFixedBody  = 11 // id + flags + topic length
+	recOverhead   = recHeaderSize + recFixedBody
+
+	ackMagic      = "EGAK"
+	ackFileName   = "acks.log"
+	ackTmpName    = "acks.log.tmp"
+	ackHeaderSize = 8
+	ackRecSize    = 24
+	ackKindRemove = 1
+
+	lockFileName = "LOCK"
+
+	// maxMessageBytes caps topic+payload of one record whatever MaxBytes
+	// says (MQTT's own maximum packet size is 256 MiB). Together with the
+	// 1 GiB cap on SegmentSize it keeps record offsets inside a uint32.
+	maxMessageBytes = 256 << 20
+	maxTopicLen     = 1<<16 - 1
+	maxSegmentSize  = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errCorrupt marks a record that fails its length, CRC or ID check.
+var errCorrupt = errors.New("corrupt record")
+
+// appendRecord encodes m as record id at the end of dst.
+func appendRecord(dst []byte, id ID, m *Message) []byte {
+	start := len(dst)
+	body := recFixedBody + len(m.Topic) + len(m.Payload)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(body))
+	dst = append(dst, 0, 0, 0, 0) // CRC, filled in below
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(id))
+	flags := m.QoS & 3
+	if m.Retain {
+		flags |= 4
+	}
+	dst = append(dst, flags)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(m.Topic)))
+	dst = append(dst, m.Topic...)
+	dst = append(dst, m.Payload...)
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+recHeaderSize:], castagnoli))
+	return dst
+}
+
+// checkRecord verifies a record header+body read from disk and returns its
+// ID, topic length and flags.
+func checkRecord(rec []byte) (id ID, topicLen int, flags byte, err error) {
+	if len(rec) < recOverhead {
+		return 0, 0, 0, errCorrupt
+	}
+	body := rec[recHeaderSize:]
+	if int(binary.LittleEndian.Uint32(rec)) != len(body) ||
+		binary.LittleEndian.Uint32(rec[4:]) != crc32.Checksum(body, castagnoli) {
+		return 0, 0, 0, errCorrupt
+	}
+	id = ID(binary.LittleEndian.Uint64(body))
+	flags = body[8]
+	topicLen = int(binary.LittleEndian.Uint16(body[9:]))
+	if topicLen > len(body)-recFixedBody || flags&^7 != 0 || flags&3 == 3 {
+		return 0, 0, 0, errCorrupt
+	}
+	return id, topicLen, flags, nil
+}
+
+// decodeRecord checks rec and returns its message; the payload aliases rec.
+func decodeRecord(rec []byte, want ID) (Message, error) {
+	id, tl, flags, err := checkRecord(rec)
+	if err != nil {
+		return Message{}, err
+	}
+	if id != want {
+		return Message{}, fmt.Errorf("%w: id %d, want %d", errCorrupt, id, want)
+	}
+	p := rec[recOverhead:]
+	return Message{
+		Topic:   string(p[:tl]),
+		Payload: p[tl:len(p):len(p)],
+		QoS:     flags & 3,
+		Retain:  flags&4 != 0,
+	}, nil
+}
+
+func segHeader(base ID) []byte {
+	h := make([]byte, segHeaderSize)
+	copy(h, segMagic)
+	h[4] = formatVersion
+	binary.LittleEndian.PutUint64(h[8:], uint64(base))
+	return h
+}
+
+func segName(base ID) string { return fmt.Sprintf("%016x%s", uint64(base), segSuffix) }
+
+// parseSegName returns the first ID encoded in a segment file name.
+func parseSegName(name string) (ID, bool) {
+	hex, ok := strings.CutSuffix(name, segSuffix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(hex, 16, 64)
+	return ID(v), err == nil && v > 0
+}
+
+// ackRange marks IDs first..last (inclusive) as removed.
+type ackRange struct{ first, last ID }
+
+func appendAckRecord(dst []byte, r ackRange) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, ackKindRemove, 0, 0, 0)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.first))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.last))
+	binary.LittleEndian.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
+	return dst
+}
+
+func ackHeader() []byte {
+	h := make([]byte, ackHeaderSize, ackHeaderSize+ackRecSize)
+	copy(h, ackMagic)
+	h[4] = formatVersion
+	return h
+}
+
+// rangeSet is a sorted list of disjoint, non-adjacent removed-ID ranges.
+type rangeSet []ackRange
+
+// parseAckLog decodes acks.log content. It returns the ranges and the
+// number of bytes that were unreadable (a torn or corrupt tail).
+func parseAckLog(b []byte) (rangeSet, int, error) {
+	if len(b) < ackHeaderSize || string(b[:4]) != ackMagic {
+		return nil, len(b), nil
+	}
+	if b[4] != formatVersion {
+		return nil, 0, fmt.Errorf("acks.log: unsupported format version %d", b[4])
+	}
+	var rs []ackRange
+	off := ackHeaderSize
+	for ; off+ackRecSize <= len(b); off += ackRecSize {
+		r := b[off : off+ackRecSize]
+		if binary.LittleEndian.Uint32(r) != crc32.Checksum(r[4:], castagnoli) {
+			break
+		}
+		a := ackRange{ID(binary.LittleEndian.Uint64(r[8:])), ID(binary.LittleEndian.Uint64(r[16:]))}
+		if r[4] == ackKindRemove && a.first > 0 && a.first <= a.last {
+			rs = append(rs, a)
+		}
+	}
+	return mergeRanges(rs), len(b) - off, nil
+}
+
+func mergeRanges(rs []ackRange) rangeSet {
+	if len(rs) == 0 {
+		return nil
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].first < rs[j].first })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		last := &out[len(out)-1]
+		if r.first <= last.last+1 {
+			last.last = max(last.last, r.last)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// find returns the range that could contain id (the last with first <= id).
+func (rs rangeSet) find(id ID) (ackRange, bool) {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].first > id })
+	if i == 0 {
+		return ackRange{}, false
+	}
+	return rs[i-1], true
+}
+
+func (rs rangeSet) contains(id ID) bool {
+	r, ok := rs.find(id)
+	return ok && id <= r.last
+}
+
+// covers reports whether every ID in first..last is removed.
+func (rs rangeSet) covers(first, last ID) bool {
+	r, ok := rs.find(first)
+	return ok && last <= r.last
+}
+
+func (rs rangeSet) max() ID {
+	if len(rs) == 0 {
+		return 0
+	}
+	return rs[len(rs)-1].last
+}
+
+// syncDir makes file creations, renames and deletions in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func segPath(dir string, base ID) string { return filepath.Join(dir, segName(base)) }

@@ -1,0 +1,777 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ID identifies a spooled message. IDs start at 1 and increase
+// monotonically, across restarts too; 0 means "before every message".
+type ID uint64
+
+// Message is one message bound upstream.
+type Message struct {
+	Topic   string
+	Payload []byte
+	QoS     byte // 0, 1 or 2
+	Retain  bool
+}
+
+// Entry is a spooled message with its ID.
+type Entry struct {
+	ID      ID
+	Message Message
+}
+
+// SyncMode says when appended records are fsynced.
+type SyncMode uint8
+
+const (
+	// SyncBatch fsyncs once per SyncInterval for all records written in it
+	// (group commit); Append waits for that fsync. The zero value.
+	SyncBatch SyncMode = iota
+	// SyncAlways fsyncs before Append returns; concurrent appends share
+	// an fsync.
+	SyncAlways
+	// SyncNone never fsyncs except on Close; records survive a process
+	// crash but not a power loss.
+	SyncNone
+)
+
+// String returns the configuration name of the mode.
+func (m SyncMode) String() string {
+	switch m {
+	case SyncBatch:
+		return "batch"
+	case SyncAlways:
+		return "always"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncMode(%d)", uint8(m))
+}
+
+// ParseSyncMode parses "always", "batch" or "none".
+func ParseSyncMode(s string) (SyncMode, error) {
+	for _, m := range []SyncMode{SyncBatch, SyncAlways, SyncNone} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("spool: unknown sync mode %q (want always, batch or none)", s)
+}
+
+// DropReason says why a message left the spool without an upstream ack.
+type DropReason string
+
+const (
+	// DropSpoolFull: the oldest messages made room for a new one
+	// (MaxBytes, or too many bytes pinned in sealed segments).
+	DropSpoolFull DropReason = "spool_full"
+	// DropCorrupt: the record could not be read back (I/O error or CRC
+	// mismatch after it was written).
+	DropCorrupt DropReason = "corrupt"
+)
+
+// String returns the reason as used in logs and metric labels.
+func (r DropReason) String() string { return string(r) }
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMaxBytes     = 256 << 20
+	DefaultSegmentSize  = 4 << 20
+	DefaultSyncInterval = 20 * time.Millisecond
+)
+
+// ackCompactMin is the acks.log size above which it is replaced by a
+// checkpoint (also at least 4x the size of the last checkpoint).
+const ackCompactMin = 256 << 10
+
+// dropLogEvery rate-limits the "spool full" warning.
+const dropLogEvery = 10 * time.Second
+
+// Options configures a Spool.
+type Options struct {
+	Dir          string        // created if missing (0700)
+	MaxBytes     int64         // bound on topic+payload bytes of unacked messages; default DefaultMaxBytes
+	Sync         SyncMode      // default SyncBatch
+	SyncInterval time.Duration // group commit window; default DefaultSyncInterval
+	SegmentSize  int64         // segment file size before rolling; default DefaultSegmentSize, at most 1 GiB
+	Logger       *slog.Logger  // default: discard
+}
+
+// Stats is a snapshot of the spool's state and counters.
+type Stats struct {
+	Messages  int64 // unacked messages
+	Bytes     int64 // topic+payload bytes of unacked messages (bounded by MaxBytes)
+	DiskBytes int64 // size of all segment files
+	Segments  int   // segment files
+
+	Appended    uint64                // messages appended since Open
+	Acked       uint64                // messages acked since Open
+	Dropped     map[DropReason]uint64 // messages dropped since Open, by reason
+	Recovered   int64                 // unacked messages found by Open
+	CorruptTail int64                 // torn or corrupt tails cut off by Open
+	Syncs       uint64                // fsyncs issued (files and directory) since Open
+}
+
+var (
+	// ErrClosed is returned by methods called after Close.
+	ErrClosed = errors.New("spool: closed")
+	// ErrTooLarge is returned by Append for a message that can never fit.
+	ErrTooLarge = errors.New("spool: message too large")
+)
+
+// Spool is a durable FIFO of messages; see the package documentation.
+// Its methods are safe for concurrent use.
+type Spool struct {
+	opts      Options
+	log       *slog.Logger
+	lock      *os.File // holds the directory's flock
+	pinnedMax int64
+
+	kick chan struct{} // wakes the flusher; capacity 1
+	quit chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	// Owned by the flusher goroutine (by Open before it starts, by Close
+	// after it stopped).
+	ackFile     *os.File
+	ackSize     int64
+	ackUnsynced bool // written without fsync (SyncNone)
+	compactAt   int64
+	ackBuf      []byte
+
+	syncs atomic.Uint64
+
+	mu        sync.Mutex
+	closed    bool
+	failed    error      // sticky write/fsync failure
+	segs      []*segment // ascending base; the last one is active unless sealed
+	unsynced  []*segment // written since their last fsync, for the flusher
+	nextID    ID
+	live      int64
+	liveBytes int64
+	diskBytes int64
+	pinned    int64         // dead bytes in sealed segments
+	batch     *batch        // waiters for the next flush; nil if none
+	notify    chan struct{} // closed on append; nil if no Next waits
+	acks      []ackRange    // removals not yet written to acks.log
+	acksSpare []ackRange    // recycled by the flusher
+	wbuf      []byte        // record encoding scratch
+
+	dropLoggedAt  time.Time // last "spool full" warning
+	dropsUnlogged int       // drops since then
+	// Counters for Stats.
+	appended  uint64
+	acked     uint64
+	dropped   map[DropReason]uint64
+	recovered int64
+	corrupt   int64
+}
+
+// batch is one group commit: Appends waiting for the same flush.
+type batch struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// Open opens or creates the spool in opts.Dir and recovers its content. It
+// fails if another process has the directory open.
+func Open(opts Options) (*Spool, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("spool: no directory")
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	opts.SegmentSize = min(opts.SegmentSize, maxSegmentSize)
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = DefaultSyncInterval
+	}
+	if opts.Sync > SyncNone {
+		return nil, fmt.Errorf("spool: invalid sync mode %d", opts.Sync)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	lock, err := lockDir(filepath.Join(opts.Dir, lockFileName))
+	if err != nil {
+		return nil, fmt.Errorf("spool: lock %s: %w", opts.Dir, err)
+	}
+	s := &Spool{
+		opts:      opts,
+		log:       log,
+		lock:      lock,
+		pinnedMax: max(opts.MaxBytes/2, 2*opts.SegmentSize),
+		kick:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+		dropped:   make(map[DropReason]uint64),
+	}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("spool: open %s: %w", opts.Dir, err)
+	}
+	s.log.Info("spool opened", "dir", opts.Dir, "messages", s.live, "bytes", s.liveBytes,
+		"segments", len(s.segs), "next_id", uint64(s.nextID), "corrupt_tails", s.corrupt)
+	s.wg.Add(1)
+	go s.flushLoop()
+	return s, nil
+}
+
+// recover rebuilds the index from the directory. Called by Open only.
+func (s *Spool) recover() error {
+	dir := s.opts.Dir
+	os.Remove(filepath.Join(dir, ackTmpName))
+	ackData, err := os.ReadFile(filepath.Join(dir, ackFileName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	removed, bad, err := parseAckLog(ackData)
+	if err != nil {
+		return err
+	}
+	if bad > 0 {
+		s.corrupt++
+		s.log.Warn("acks.log has a corrupt tail; some acked messages may be sent again",
+			"bytes", bad)
+	}
+
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var bases []ID
+	for _, e := range ents {
+		if b, ok := parseSegName(e.Name()); ok && e.Type().IsRegular() {
+			bases = append(bases, b)
+		}
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+
+	maxID := removed.max()
+	for i, base := range bases {
+		path := segPath(dir, base)
+		limit := ^ID(0)
+		if i+1 < len(bases) {
+			limit = bases[i+1]
+			if removed.covers(base, limit-1) {
+				// Every ID it can hold is acked: no need to read it.
+				if err := os.Remove(path); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		res, err := loadSegment(path, base, limit, removed)
+		if err != nil {
+			return err
+		}
+		if res.truncated > 0 {
+			s.corrupt++
+			s.log.Warn("cut corrupt segment tail", "segment", filepath.Base(path),
+				"reason", res.reason, "bytes", res.truncated)
+		}
+		g := res.seg
+		if g == nil {
+			continue
+		}
+		maxID = max(maxID, g.last())
+		s.segs = append(s.segs, g)
+		s.live += int64(g.live)
+		s.diskBytes += g.size
+		for j := range g.count() {
+			if !g.isRemoved(j) {
+				s.liveBytes += g.recLen(j) - recOverhead
+			}
+		}
+	}
+	s.nextID = maxID + 1
+
+	// Only the last segment may stay active, and only if the next ID
+	// continues it. Seal the rest; delete the sealed ones with nothing live.
+	for i, g := range s.segs {
+		last := i == len(s.segs)-1
+		g.sealed = !last || g.last()+1 != s.nextID || g.size >= s.opts.SegmentSize
+		if g.sealed {
+			s.pinned += g.dead
+		}
+	}
+	for _, g := range append([]*segment(nil), s.segs...) {
+		if g.sealed && g.live == 0 {
+			s.deleteSegmentLocked(g)
+		}
+	}
+	s.recovered = s.live
+
+	// A fresh checkpoint drops ranges of deleted segments and any torn tail.
+	ckpt := s.checkpointLocked()
+	return s.writeCheckpoint(ckpt, s.opts.Sync != SyncNone)
+}
+
+// Append stores m and returns its ID once it is durable as Options.Sync
+// says. If ctx ends while waiting for the fsync, Append returns the ID with
+// ctx's error: the record is written and will most likely be delivered,
+// but the caller must not treat it as durable.
+//
+// If the spool is full the oldest messages are dropped to make room (see
+// the package documentation); a message whose topic+payload exceeds
+// MaxBytes fails with ErrTooLarge.
+func (s *Spool) Append(ctx context.Context, m Message) (ID, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	size := int64(len(m.Topic) + len(m.Payload))
+	switch {
+	case size > s.opts.MaxBytes || size > maxMessageBytes:
+		return 0, fmt.Errorf("%w: %d bytes, max_bytes %d", ErrTooLarge, size, min(s.opts.MaxBytes, maxMessageBytes))
+	case len(m.Topic) > maxTopicLen:
+		return 0, fmt.Errorf("%w: topic of %d bytes", ErrTooLarge, len(m.Topic))
+	case m.QoS > 2:
+		return 0, fmt.Errorf("spool: invalid qos %d", m.QoS)
+	}
+	recLen := size + recOverhead
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, ErrClosed
+	}
+	if s.failed != nil {
+		err := s.failed
+		s.mu.Unlock()
+		return 0, err
+	}
+	s.makeRoomLocked(size)
+	g, err := s.activeLocked(recLen)
+	if err != nil {
+		s.failLocked(fmt.Errorf("spool: new segment: %w", err))
+		s.mu.Unlock()
+		return 0, err
+	}
+	id := s.nextID
+	s.wbuf = appendRecord(s.wbuf[:0], id, &m)
+	if _, err := g.f.WriteAt(s.wbuf, g.size); err != nil {
+		// Cut off whatever part was written so the next record does not
+		// land behind garbage.
+		if terr := g.f.Truncate(g.size); terr != nil {
+			s.failLocked(fmt.Errorf("spool: write: %w (truncate: %v)", err, terr))
+		}
+		s.mu.Unlock()
+		return 0, fmt.Errorf("spool: write: %w", err)
+	}
+	if cap(s.wbuf) > 1<<20 {
+		s.wbuf = nil // do not pin a huge buffer after a huge message
+	}
+	g.add(g.size, recLen)
+	s.markUnsyncedLocked(g)
+	s.nextID++
+	s.live++
+	s.liveBytes += size
+	s.diskBytes += recLen
+	s.appended++
+	if s.notify != nil {
+		close(s.notify)
+		s.notify = nil
+	}
+	if s.opts.Sync == SyncNone {
+		s.mu.Unlock()
+		return id, nil
+	}
+	if s.batch == nil {
+		s.batch = &batch{done: make(chan struct{})}
+	}
+	b := s.batch
+	s.kickFlusher()
+	s.mu.Unlock()
+
+	select {
+	case <-b.done:
+		return id, b.err
+	case <-ctx.Done():
+		return id, ctx.Err()
+	}
+}
+
+// makeRoomLocked drops the oldest live records until size more bytes fit.
+// Caller holds s.mu.
+func (s *Spool) makeRoomLocked(size int64) {
+	n := 0
+	for s.live > 0 && (s.liveBytes+size > s.opts.MaxBytes || s.pinned > s.pinnedMax) {
+		g, i := s.oldestLocked()
+		s.removeLocked(g, i, DropSpoolFull)
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	// A full spool drops on every append: log at most every dropLogEvery.
+	s.dropsUnlogged += n
+	if now := time.Now(); now.Sub(s.dropLoggedAt) >= dropLogEvery {
+		s.log.Warn("spool full, dropping oldest messages", "reason", DropSpoolFull,
+			"count", s.dropsUnlogged, "bytes", s.liveBytes, "max_bytes", s.opts.MaxBytes)
+		s.dropLoggedAt, s.dropsUnlogged = now, 0
+	}
+}
+
+// oldestLocked returns the oldest live record. Caller holds s.mu and
+// s.live > 0.
+func (s *Spool) oldestLocked() (*segment, int) {
+	for _, g := range s.segs {
+		if g.live > 0 {
+			i := g.nextLive(g.lo)
+			g.lo = i
+			return g, i
+		}
+	}
+	panic("spool: live count out of sync")
+}
+
+// activeLocked returns the segment to append recLen bytes to, sealing the
+// current one and starting a new one when it is full. Caller holds s.mu.
+func (s *Spool) activeLocked(recLen int64) (*segment, error) {
+	if n := len(s.segs); n > 0 && !s.segs[n-1].sealed {
+		g := s.segs[n-1]
+		if g.count() == 0 || g.size+recLen <= s.opts.SegmentSize {
+			return g, nil
+		}
+		s.sealLocked(g)
+	}
+	return s.createSegmentLocked(s.nextID)
+}
+
+// sealLocked ends appends to g. Its unsynced tail is still queued for the
+// flusher, so no fsync happens under the lock. Caller holds s.mu.
+func (s *Spool) sealLocked(g *segment) {
+	g.sealed = true
+	s.pinned += g.dead
+	if g.live == 0 {
+		s.deleteSegmentLocked(g)
+	}
+}
+
+// createSegmentLocked starts a segment; the flusher fsyncs it and the
+// directory before any Append waiting on a record in it returns. Caller
+// holds s.mu.
+func (s *Spool) createSegmentLocked(base ID) (*segment, error) {
+	path := segPath(s.opts.Dir, base)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if _, err = f.Write(segHeader(base)); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, err
+	}
+	g := &segment{base: base, path: path, f: f, size: segHeaderSize, dead: segHeaderSize, newFile: true}
+	s.segs = append(s.segs, g)
+	s.diskBytes += segHeaderSize
+	s.markUnsyncedLocked(g)
+	return g, nil
+}
+
+// markUnsyncedLocked queues g for the flusher's next fsync (in SyncNone
+// only Close syncs, and it finds g by its flag). Caller holds s.mu.
+func (s *Spool) markUnsyncedLocked(g *segment) {
+	if !g.unsynced && s.opts.Sync != SyncNone {
+		s.unsynced = append(s.unsynced, g)
+	}
+	g.unsynced = true
+}
+
+// deleteSegmentLocked removes a sealed segment with no live record. A
+// reader holding g.f gets os.ErrClosed. Caller holds s.mu.
+func (s *Spool) deleteSegmentLocked(g *segment) {
+	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].base >= g.base })
+	if i == len(s.segs) || s.segs[i] != g {
+		return
+	}
+	s.segs = slices.Delete(s.segs, i, i+1)
+	s.diskBytes -= g.size
+	s.pinned -= g.dead
+	g.f.Close()
+	// Not fsyncing the directory: a segment that comes back after a power
+	// loss is covered by acks.log or, at worst, re-sent.
+	if err := os.Remove(g.path); err != nil {
+		s.log.Warn("delete segment", "segment", filepath.Base(g.path), "err", err)
+	}
+}
+
+// removeLocked marks record i of g as gone (acked if reason is "", else
+// dropped) and queues it for acks.log. Caller holds s.mu.
+func (s *Spool) removeLocked(g *segment, i int, reason DropReason) {
+	n := g.recLen(i)
+	g.setRemoved(i)
+	g.live--
+	g.dead += n
+	if i == g.lo {
+		if g.lo = g.nextLive(i); g.lo < 0 {
+			g.lo = g.count()
+		}
+	}
+	s.live--
+	s.liveBytes -= n - recOverhead
+	if reason == "" {
+		s.acked++
+	} else {
+		s.dropped[reason]++
+	}
+	id := g.base + ID(i)
+	if k := len(s.acks); k > 0 && s.acks[k-1].last+1 == id {
+		s.acks[k-1].last = id
+	} else {
+		s.acks = append(s.acks, ackRange{id, id})
+	}
+	if g.sealed {
+		s.pinned += n
+		if g.live == 0 {
+			s.deleteSegmentLocked(g)
+		}
+	}
+	s.kickFlusher()
+}
+
+// locateLocked finds record id. Caller holds s.mu.
+func (s *Spool) locateLocked(id ID) (*segment, int) {
+	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].base > id }) - 1
+	if i < 0 {
+		return nil, 0
+	}
+	g := s.segs[i]
+	if j := int(id - g.base); j < g.count() {
+		return g, j
+	}
+	return nil, 0
+}
+
+// Ack removes an upstream-acknowledged message. Acks may come in any order;
+// acking a message that is already gone (acked twice, or dropped) is a
+// no-op. The ack reaches disk within one SyncInterval.
+func (s *Spool) Ack(id ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if id == 0 || id >= s.nextID {
+		return fmt.Errorf("spool: ack of unknown id %d", id)
+	}
+	if g, i := s.locateLocked(id); g != nil && !g.isRemoved(i) {
+		s.removeLocked(g, i, "")
+	}
+	return nil
+}
+
+// recLoc is where a live record is, captured under s.mu, read without it.
+type recLoc struct {
+	id  ID
+	f   *os.File
+	off int64
+	n   int64
+}
+
+// scanLocked appends to out up to limit live records with IDs above after.
+// Caller holds s.mu.
+func (s *Spool) scanLocked(after ID, limit int, out []recLoc) []recLoc {
+	from := after + 1
+	k := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].base > from }) - 1
+	for k = max(k, 0); k < len(s.segs) && len(out) < limit; k++ {
+		g := s.segs[k]
+		if g.live == 0 {
+			continue
+		}
+		i := 0
+		if from > g.base {
+			if from-g.base >= ID(g.count()) {
+				continue
+			}
+			i = int(from - g.base)
+		}
+		for i = g.nextLive(i); i >= 0 && len(out) < limit; i = g.nextLive(i + 1) {
+			out = append(out, recLoc{id: g.base + ID(i), f: g.f, off: int64(g.offs[i]), n: g.recLen(i)})
+		}
+	}
+	return out
+}
+
+// read loads one record. os.ErrClosed means its segment was deleted (the
+// record was removed meanwhile).
+func (s *Spool) read(l recLoc) (Message, error) {
+	buf := make([]byte, l.n)
+	if _, err := l.f.ReadAt(buf, l.off); err != nil {
+		return Message{}, err
+	}
+	return decodeRecord(buf, l.id)
+}
+
+// readFailed handles a record that could not be read back: unless its
+// segment was deleted under us, it is dropped so the queue keeps moving.
+func (s *Spool) readFailed(l recLoc, err error) {
+	if errors.Is(err, os.ErrClosed) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, i := s.locateLocked(l.id); g != nil && !g.isRemoved(i) {
+		s.log.Error("unreadable record dropped", "reason", DropCorrupt, "id", uint64(l.id), "err", err)
+		s.removeLocked(g, i, DropCorrupt)
+	}
+}
+
+// Next returns the oldest unacked message with an ID above after, waiting
+// until there is one or ctx ends. The bridge keeps up to max_inflight
+// messages in flight by passing the last ID it sent; after a reconnect,
+// Next(ctx, 0) starts again from the oldest unacked message, so every
+// unacked message is re-sent in order.
+func (s *Spool) Next(ctx context.Context, after ID) (ID, Message, error) {
+	var one [1]recLoc
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, Message{}, err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return 0, Message{}, ErrClosed
+		}
+		locs := s.scanLocked(after, 1, one[:0])
+		if len(locs) == 0 {
+			if s.notify == nil {
+				s.notify = make(chan struct{})
+			}
+			ch := s.notify
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return 0, Message{}, ctx.Err()
+			}
+			continue
+		}
+		s.mu.Unlock()
+		m, err := s.read(locs[0])
+		if err == nil {
+			return locs[0].id, m, nil
+		}
+		s.readFailed(locs[0], err)
+	}
+}
+
+// Peek returns up to n unacked messages with IDs above after, oldest
+// first, without waiting.
+func (s *Spool) Peek(after ID, n int) ([]Entry, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	locs := s.scanLocked(after, n, make([]recLoc, 0, min(n, 64)))
+	s.mu.Unlock()
+	out := make([]Entry, 0, len(locs))
+	for _, l := range locs {
+		m, err := s.read(l)
+		if err != nil {
+			s.readFailed(l, err)
+			continue
+		}
+		out = append(out, Entry{ID: l.id, Message: m})
+	}
+	return out, nil
+}
+
+// Stats returns a snapshot of the spool's state and counters.
+func (s *Spool) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := make(map[DropReason]uint64, len(s.dropped))
+	for k, v := range s.dropped {
+		d[k] = v
+	}
+	return Stats{
+		Messages:    s.live,
+		Bytes:       s.liveBytes,
+		DiskBytes:   s.diskBytes,
+		Segments:    len(s.segs),
+		Appended:    s.appended,
+		Acked:       s.acked,
+		Dropped:     d,
+		Recovered:   s.recovered,
+		CorruptTail: s.corrupt,
+		Syncs:       s.syncs.Load(),
+	}
+}
+
+// Close stops the flusher, writes pending acks, fsyncs what is not yet
+// synced (in every mode) and closes the files. Appends waiting for a group
+// commit are completed first. Close is idempotent.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	if s.notify != nil {
+		close(s.notify)
+		s.notify = nil
+	}
+	s.mu.Unlock()
+
+	close(s.quit)
+	s.wg.Wait()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.failed
+	s.log.Info("spool closed", "messages", s.live, "bytes", s.liveBytes, "err", err)
+	return errors.Join(err, s.closeFiles())
+}
+
+// closeFiles closes every file. Caller holds s.mu or is Open.
+func (s *Spool) closeFiles() error {
+	var errs []error
+	for _, g := range s.segs {
+		errs = append(errs, g.f.Close())
+	}
+	if s.ackFile != nil {
+		errs = append(errs, s.ackFile.Close())
+	}
+	errs = append(errs, s.lock.Close()) // releases the flock
+	return errors.Join(errs...)
+}
+
+// failLocked makes the spool refuse further appends. Caller holds s.mu.
+func (s *Spool) failLocked(err error) {
+	if s.failed == nil {
+		s.failed = err
+		s.log.Error("spool failed, refusing appends", "err", err)
+	}
+}
+
+// kickFlusher wakes the flusher without blocking.
+func (s *Spool) kickFlusher() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}

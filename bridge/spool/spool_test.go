@@ -1,0 +1,541 @@
+package spool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(crashChildEnv); v != "" {
+		crashChild(v) // never returns
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func openT(t testing.TB, opts Options) *Spool {
+	t.Helper()
+	if opts.SyncInterval == 0 {
+		opts.SyncInterval = time.Millisecond
+	}
+	s, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func testMsg(i int) Message {
+	return Message{
+		Topic:   fmt.Sprintf("sensors/%d", i),
+		Payload: bytes.Repeat([]byte{byte(i)}, 20+i%7),
+		QoS:     byte(i % 3),
+		Retain:  i%2 == 0,
+	}
+}
+
+func appendN(t testing.TB, s *Spool, from, n int) []ID {
+	t.Helper()
+	ids := make([]ID, 0, n)
+	for i := from; i < from+n; i++ {
+		id, err := s.Append(context.Background(), testMsg(i))
+		if err != nil {
+			t.Fatalf("Append %d: %v", i, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// all reads every unacked entry through Peek.
+func all(t testing.TB, s *Spool) []Entry {
+	t.Helper()
+	var out []Entry
+	var after ID
+	for {
+		es, err := s.Peek(after, 7)
+		if err != nil {
+			t.Fatalf("Peek: %v", err)
+		}
+		if len(es) == 0 {
+			return out
+		}
+		out = append(out, es...)
+		after = es[len(es)-1].ID
+	}
+}
+
+func entryIDs(es []Entry) []ID {
+	ids := make([]ID, len(es))
+	for i, e := range es {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+func segFiles(t testing.TB, dir string) int {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m)
+}
+
+func equalMsg(a, b Message) bool {
+	return a.Topic == b.Topic && bytes.Equal(a.Payload, b.Payload) && a.QoS == b.QoS && a.Retain == b.Retain
+}
+
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, Options{Dir: t.TempDir()})
+	ids := appendN(t, s, 1, 10)
+	for i, id := range ids {
+		if id != ID(i+1) {
+			t.Fatalf("ids = %v, want 1..10", ids)
+		}
+	}
+	var after ID
+	for i := 1; i <= 10; i++ {
+		id, m, err := s.Next(ctx, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != ID(i) || !equalMsg(m, testMsg(i)) {
+			t.Fatalf("Next(%d) = %d %+v, want %d %+v", after, id, m, i, testMsg(i))
+		}
+		after = id
+	}
+
+	// Out of order acks; the restart cursor skips acked ones.
+	for _, id := range []ID{3, 1, 2, 7} {
+		if err := s.Ack(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Ack(3); err != nil {
+		t.Fatalf("second ack: %v", err)
+	}
+	if err := s.Ack(11); err == nil {
+		t.Fatal("ack of an unknown id succeeded")
+	}
+	if id, _, err := s.Next(ctx, 0); err != nil || id != 4 {
+		t.Fatalf("Next(0) = %d, %v; want 4", id, err)
+	}
+	if id, _, err := s.Next(ctx, 6); err != nil || id != 8 {
+		t.Fatalf("Next(6) = %d, %v; want 8", id, err)
+	}
+	if got := entryIDs(all(t, s)); fmt.Sprint(got) != "[4 5 6 8 9 10]" {
+		t.Fatalf("unacked = %v", got)
+	}
+	st := s.Stats()
+	if st.Messages != 6 || st.Acked != 4 || st.Appended != 10 {
+		t.Fatalf("stats = %+v", st)
+	}
+	var wantBytes int64
+	for _, i := range []int{4, 5, 6, 8, 9, 10} {
+		m := testMsg(i)
+		wantBytes += int64(len(m.Topic) + len(m.Payload))
+	}
+	if st.Bytes != wantBytes {
+		t.Fatalf("Bytes = %d, want %d", st.Bytes, wantBytes)
+	}
+}
+
+func TestNextWaits(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir()})
+	type res struct {
+		id  ID
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		id, _, err := s.Next(context.Background(), 0)
+		got <- res{id, err}
+	}()
+	appendN(t, s, 1, 1)
+	if r := <-got; r.err != nil || r.id != 1 {
+		t.Fatalf("Next = %+v", r)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _, err := s.Next(ctx, 1)
+		got <- res{0, err}
+	}()
+	cancel()
+	if r := <-got; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Next after cancel: %v", r.err)
+	}
+
+	go func() {
+		_, _, err := s.Next(context.Background(), 1)
+		got <- res{0, err}
+	}()
+	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.notify != nil })
+	s.Close()
+	if r := <-got; !errors.Is(r.err, ErrClosed) {
+		t.Fatalf("Next after Close: %v", r.err)
+	}
+	if _, err := s.Append(context.Background(), testMsg(1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Append after Close: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or a deadline passes (never a bare sleep).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentSize: 512}
+	s := openT(t, opts)
+	appendN(t, s, 1, 40)
+	var want []ID
+	for id := ID(1); id <= 40; id++ {
+		if id%2 == 1 || id%5 == 0 {
+			if err := s.Ack(id); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			want = append(want, id)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openT(t, opts)
+	es := all(t, s)
+	if fmt.Sprint(entryIDs(es)) != fmt.Sprint(want) {
+		t.Fatalf("after restart: %v, want %v", entryIDs(es), want)
+	}
+	for _, e := range es {
+		if !equalMsg(e.Message, testMsg(int(e.ID))) {
+			t.Fatalf("entry %d = %+v", e.ID, e.Message)
+		}
+	}
+	if st := s.Stats(); st.Recovered != int64(len(want)) || st.CorruptTail != 0 {
+		t.Fatalf("stats = %+v", st)
+	}
+	if ids := appendN(t, s, 41, 1); ids[0] != 41 {
+		t.Fatalf("id after restart = %d, want 41", ids[0])
+	}
+}
+
+func TestIDsSurviveEmptySpool(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentSize: 256}
+	for round := range 3 {
+		s := openT(t, opts)
+		ids := appendN(t, s, 1, 10)
+		if want := ID(round*10 + 1); ids[0] != want {
+			t.Fatalf("round %d: first id %d, want %d", round, ids[0], want)
+		}
+		for _, id := range ids {
+			if err := s.Ack(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSegmentRolloverAndDeletion(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir, SegmentSize: 1024, Sync: SyncNone})
+	appendN(t, s, 1, 100)
+	files := segFiles(t, dir)
+	if files < 5 || s.Stats().Segments != files {
+		t.Fatalf("%d segment files, Stats.Segments %d", files, s.Stats().Segments)
+	}
+
+	// Ack the whole second segment first: it goes, the first stays.
+	g := s.segs[1]
+	for id := g.base; id <= g.last(); id++ {
+		s.Ack(id)
+	}
+	if n := segFiles(t, dir); n != files-1 {
+		t.Fatalf("after acking segment 2: %d files, want %d", n, files-1)
+	}
+	if _, err := os.Stat(s.segs[0].path); err != nil {
+		t.Fatalf("segment 1 is gone: %v", err)
+	}
+	for id := ID(1); id < 100; id++ {
+		s.Ack(id)
+	}
+	if n := segFiles(t, dir); n != 1 {
+		t.Fatalf("after acking all but the last: %d files, want 1", n)
+	}
+	if got := entryIDs(all(t, s)); fmt.Sprint(got) != "[100]" {
+		t.Fatalf("unacked = %v", got)
+	}
+	st := s.Stats()
+	if st.Segments != 1 || st.Messages != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+	fi, _ := os.Stat(s.segs[0].path)
+	if st.DiskBytes != fi.Size() {
+		t.Fatalf("DiskBytes = %d, file = %d", st.DiskBytes, fi.Size())
+	}
+}
+
+func TestOverflowDropsOldest(t *testing.T) {
+	dir := t.TempDir()
+	m := func(i int) Message { return Message{Topic: "t", Payload: []byte(fmt.Sprintf("%09d", i))} }
+	opts := Options{Dir: dir, MaxBytes: 100, SegmentSize: 200} // 10 messages of 10 bytes
+	s := openT(t, opts)
+	for i := 1; i <= 25; i++ {
+		if _, err := s.Append(context.Background(), m(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	if st.Dropped[DropSpoolFull] != 15 || st.Messages != 10 || st.Bytes != 100 {
+		t.Fatalf("stats = %+v", st)
+	}
+	es := all(t, s)
+	if es[0].ID != 16 || string(es[0].Message.Payload) != fmt.Sprintf("%09d", 16) || len(es) != 10 {
+		t.Fatalf("entries start at %d (%d of them)", es[0].ID, len(es))
+	}
+	if err := s.Ack(3); err != nil { // dropped while in flight: no-op
+		t.Fatal(err)
+	}
+
+	_, err := s.Append(context.Background(), Message{Topic: "t", Payload: make([]byte, 100)})
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Append of 101 bytes: %v, want ErrTooLarge", err)
+	}
+	t.Logf("too large: %v", err)
+	if st := s.Stats(); st.Messages != 10 || st.Dropped[DropSpoolFull] != 15 {
+		t.Fatalf("a rejected message changed the spool: %+v", st)
+	}
+
+	s.Close()
+	s = openT(t, opts)
+	if got := entryIDs(all(t, s)); got[0] != 16 || len(got) != 10 {
+		t.Fatalf("after restart: %v", got)
+	}
+}
+
+// An unacked record at the head of each segment pins the acked rest; the
+// pinned bytes are bounded too.
+func TestPinnedSegmentsBounded(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, MaxBytes: 4096, SegmentSize: 1024, Sync: SyncNone}
+	s := openT(t, opts)
+	for i := range 400 {
+		id := appendN(t, s, i, 1)[0]
+		if i%10 != 0 {
+			s.Ack(id)
+		}
+	}
+	st := s.Stats()
+	limit := opts.MaxBytes + max(opts.MaxBytes/2, 2*opts.SegmentSize) + 2*opts.SegmentSize
+	if st.Dropped[DropSpoolFull] == 0 || st.DiskBytes > limit {
+		t.Fatalf("disk %d (limit %d), stats %+v", st.DiskBytes, limit, st)
+	}
+	t.Logf("disk %d bytes in %d segments, %d live messages, dropped %d",
+		st.DiskBytes, st.Segments, st.Messages, st.Dropped[DropSpoolFull])
+}
+
+func TestGroupCommit(t *testing.T) {
+	for _, mode := range []SyncMode{SyncBatch, SyncAlways} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := openT(t, Options{Dir: t.TempDir(), Sync: mode, SyncInterval: 5 * time.Millisecond})
+			const workers, per = 50, 40
+			before := s.Stats().Syncs
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range per {
+						if _, err := s.Append(context.Background(), testMsg(w*per+i)); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			syncs := s.Stats().Syncs - before
+			t.Logf("%s: %d appends, %d fsyncs", mode, workers*per, syncs)
+			if mode == SyncBatch && syncs*10 > workers*per {
+				t.Fatalf("%d fsyncs for %d appends: no group commit", syncs, workers*per)
+			}
+			if n := len(all(t, s)); n != workers*per {
+				t.Fatalf("%d entries, want %d", n, workers*per)
+			}
+		})
+	}
+}
+
+// Many acks out of order make acks.log grow; it is replaced by a checkpoint
+// and stays small, and a restart still sees the right set.
+func TestAckLogCompaction(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, Sync: SyncNone, SegmentSize: 64 << 20}
+	s := openT(t, opts)
+	const n = 24000 // 24000 uncoalesced ack records = 576 KB > ackCompactMin
+	msg := Message{Topic: "t", Payload: []byte("x")}
+	for range n {
+		if _, err := s.Append(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Descending inside each block of 10, so consecutive acks never
+	// coalesce; every 1000th message stays unacked.
+	acks := 0
+	for b := ID(1); b <= n; b += 10 {
+		for id := b + 9; id >= b; id-- {
+			if id%1000 != 0 {
+				s.Ack(id)
+				if acks++; acks%500 == 0 {
+					flushNow(s)
+				}
+			}
+		}
+	}
+	s.Close()
+	fi, err := os.Stat(filepath.Join(dir, ackFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := int64(ackCompactMin + 501*ackRecSize); fi.Size() > max {
+		t.Fatalf("acks.log is %d bytes, want <= %d", fi.Size(), max)
+	}
+	s = openT(t, opts)
+	es := all(t, s)
+	if len(es) != n/1000 {
+		t.Fatalf("%d entries after restart, want %d", len(es), n/1000)
+	}
+	for i, e := range es {
+		if e.ID != ID(i+1)*1000 {
+			t.Fatalf("entry %d has id %d", i, e.ID)
+		}
+	}
+}
+
+// flushNow lets the flusher run a round, as the SyncInterval would.
+func flushNow(s *Spool) {
+	s.mu.Lock()
+	b := s.batch
+	if b == nil {
+		b = &batch{done: make(chan struct{})}
+		s.batch = b
+	}
+	s.kickFlusher()
+	s.mu.Unlock()
+	<-b.done
+}
+
+func TestSecondOpenFails(t *testing.T) {
+	dir := t.TempDir()
+	openT(t, Options{Dir: dir})
+	if s, err := Open(Options{Dir: dir}); err == nil {
+		s.Close()
+		t.Fatal("second Open of the same directory succeeded")
+	} else if !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestParseSyncMode(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want SyncMode
+		err  bool
+	}{
+		{"always", SyncAlways, false},
+		{"batch", SyncBatch, false},
+		{"none", SyncNone, false},
+		{"Batch", 0, true},
+		{"", 0, true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSyncMode(tc.in)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Fatalf("ParseSyncMode(%q) = %v, %v", tc.in, got, err)
+			}
+			if err == nil && got.String() != tc.in {
+				t.Fatalf("String() = %q", got.String())
+			}
+		})
+	}
+}
+
+func TestAppendValidates(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir()})
+	ctx := context.Background()
+	if _, err := s.Append(ctx, Message{Topic: "t", QoS: 3}); err == nil {
+		t.Fatal("qos 3 accepted")
+	}
+	if _, err := s.Append(ctx, Message{Topic: strings.Repeat("a", maxTopicLen+1)}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("long topic: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Append(cctx, Message{Topic: "t"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	// Empty topic and payload round-trip.
+	id, err := s.Append(ctx, Message{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, m, err := s.Next(ctx, 0); err != nil || got != id || m.Topic != "" || len(m.Payload) != 0 {
+		t.Fatalf("Next = %d %+v %v", got, m, err)
+	}
+}
+
+// A failed write leaves no partial record behind and fails the spool: no
+// later Append may claim durability.
+func TestWriteFailureIsSticky(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	appendN(t, s, 1, 3)
+	s.mu.Lock()
+	s.segs[len(s.segs)-1].f.Close() // the next write fails, and so does the truncate
+	s.mu.Unlock()
+	if _, err := s.Append(context.Background(), testMsg(4)); err == nil {
+		t.Fatal("Append on a closed file succeeded")
+	}
+	_, err := s.Append(context.Background(), testMsg(5))
+	if err == nil {
+		t.Fatal("Append after a failure succeeded")
+	}
+	t.Logf("sticky: %v", err)
+	if err := s.Close(); err == nil {
+		t.Fatal("Close hid the failure")
+	}
+	s = openT(t, Options{Dir: dir})
+	if got := entryIDs(all(t, s)); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("after reopen: %v", got)
+	}
+}
