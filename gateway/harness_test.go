@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 type broker struct {
 	srv  *gateway.Server
 	addr string
+	stop func() // stops the broker and waits for it; idempotent
 }
 
 // startBroker runs a broker for the length of the test and stops it (and
@@ -44,11 +45,15 @@ func startBroker(t testing.TB, opts gateway.Options) *broker {
 	wg.Add(2)
 	go func() { defer wg.Done(); srv.Run(ctx) }()
 	go func() { defer wg.Done(); l.Serve(ctx, srv.ServeConn) }()
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	return &broker{srv: srv, addr: l.Addr().String()}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return &broker{srv: srv, addr: l.Addr().String(), stop: stop}
 }
 
 // eventually polls cond until it holds or the deadline passes (never sleep
