@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: edgegw vs mosquitto, same machine, same generator,
+# same run. See bench/README.md. Knobs (environment):
+#   BENCH_DURATION   per scenario and broker (default 10s)
+#   BENCH_SCENARIOS  space-separated subset (default: all, see below)
+#   BENCH_BROKERS    "edgegw mosquitto" (default)
+#   BENCH_IDLE_CONNS idle connections (default 5000)
+#   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DUR=${BENCH_DURATION:-10s}
+IDLE_CONNS=${BENCH_IDLE_CONNS:-5000}
+SCENARIOS=${BENCH_SCENARIOS:-"fanin-q0 fanin-q1 fanout-q0 fanout-q1 latency-q0 latency-q1 idle slowsub bidir-qos2"}
+BROKERS=${BENCH_BROKERS:-"edgegw mosquitto"}
+MOSQUITTO=${MOSQUITTO:-/usr/sbin/mosquitto}
+PORT_EDGEGW=${BENCH_PORT_EDGEGW:-18831}
+PORT_MOSQUITTO=${BENCH_PORT_MOSQUITTO:-18830}
+GO=${GO:-go}
+
+# The limits both brokers get (edgegw's defaults).
+MAX_INFLIGHT=32
+MAX_QUEUED=1000
+MAX_QUEUED_BYTES=4194304   # 4 MiB
+MEMORY_BUDGET=67108864     # 64 MiB (edgegw only; mosquitto has no equivalent for queued payloads)
+MAX_CONNECTIONS=12000
+
+CLK_TCK=$(getconf CLK_TCK)
+stamp=$(date +%Y-%m-%d-%H%M%S)
+results=bench/results
+mkdir -p bin "$results"
+work=$(mktemp -d /tmp/edgegw-bench.XXXXXX)
+raw="$work/raw.jsonl"
+broker_pid=""
+sampler_pid=""
+
+cleanup() {
+  [[ -n "$sampler_pid" ]] && kill "$sampler_pid" 2>/dev/null || true
+  [[ -n "$broker_pid" ]] && kill "$broker_pid" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "== build"
+$GO build -o bin/edgegw-bench ./cmd/edgegw-bench
+$GO build -o bin/bench-report ./bench/report
+edgegw_label=edgegw
+if ! $GO build -o bin/edgegw ./cmd/edgegw 2>"$work/build.log"; then
+  echo "   cmd/edgegw does not build (see below); using the in-process core stand-in bench/gatewayd"
+  sed 's/^/   /' "$work/build.log" | head -5
+  $GO build -o bin/bench-gatewayd ./bench/gatewayd
+  edgegw_label=edgegw-core
+fi
+
+cat >"$work/mosquitto.conf" <<CONF
+listener $PORT_MOSQUITTO 127.0.0.1
+allow_anonymous true
+persistence false
+max_inflight_messages $MAX_INFLIGHT
+max_queued_messages $MAX_QUEUED
+max_queued_bytes $MAX_QUEUED_BYTES
+max_packet_size 1048576
+max_connections -1
+set_tcp_nodelay true
+log_dest stderr
+log_type error
+log_type warning
+CONF
+
+cat >"$work/edgegw.yaml" <<CONF
+log:
+  level: warn
+listeners:
+  - name: bench
+    type: tcp
+    address: "127.0.0.1:$PORT_EDGEGW"
+limits:
+  max_connections: $MAX_CONNECTIONS
+  max_inflight: $MAX_INFLIGHT
+  max_queued_messages: $MAX_QUEUED
+  max_queued_bytes: $MAX_QUEUED_BYTES
+  memory_budget: $MEMORY_BUDGET
+CONF
+
+# cpu_us PID: user+system CPU time of PID in µs.
+cpu_us() { awk -v t="$CLK_TCK" '{ printf "%d", ($14 + $15) * 1000000 / t }' "/proc/$1/stat"; }
+# rss PID: resident set size in bytes.
+rss() { awk '/^VmRSS:/ { printf "%d", $2 * 1024 }' "/proc/$1/status"; }
+
+wait_port() { # port: until it accepts, at most 5 s
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "broker did not open port $1" >&2; return 1
+}
+
+start_broker() { # name -> sets broker_pid, port
+  ulimit -n "$(ulimit -Hn)"
+  case "$1" in
+    mosquitto)
+      "$MOSQUITTO" -c "$work/mosquitto.conf" 2>>"$work/mosquitto.log" &
+      broker_pid=$!; port=$PORT_MOSQUITTO ;;
+    edgegw)
+      if [[ $edgegw_label == edgegw ]]; then
+        bin/edgegw --config "$work/edgegw.yaml" 2>>"$work/edgegw.log" &
+      else
+        bin/bench-gatewayd --addr "127.0.0.1:$PORT_EDGEGW" --max-connections $MAX_CONNECTIONS \
+          --max-inflight $MAX_INFLIGHT --max-queued-messages $MAX_QUEUED \
+          --max-queued-bytes $MAX_QUEUED_BYTES --memory-budget $MEMORY_BUDGET 2>>"$work/edgegw.log" &
+      fi
+      broker_pid=$!; port=$PORT_EDGEGW ;;
+  esac
+  wait_port "$port"
+  sleep 0.3 # let the process settle before the baseline sample
+}
+
+stop_broker() {
+  kill "$broker_pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$broker_pid" 2>/dev/null || break; sleep 0.05; done
+  kill -9 "$broker_pid" 2>/dev/null || true
+  wait "$broker_pid" 2>/dev/null || true
+  broker_pid=""
+}
+
+gen_args() { # scenario -> generator arguments
+  case "$1" in
+    fanin-q0)   echo "fanin --qos 0 --duration $DUR" ;;
+    fanin-q1)   echo "fanin --qos 1 --duration $DUR" ;;
+    fanout-q0)  echo "fanout --qos 0 --duration $DUR" ;;
+    fanout-q1)  echo "fanout --qos 1 --duration $DUR" ;;
+    latency-q0) echo "latency --qos 0 --rate 2000 --duration $DUR" ;;
+    latency-q1) echo "latency --qos 1 --rate 2000 --duration $DUR" ;;
+    idle)       echo "idle --conns $IDLE_CONNS --duration 3s --ready-file $work/ready" ;;
+    slowsub)    echo "slowsub --duration $DUR" ;;
+    bidir-qos2) echo "bidir-qos2 --version 5 --count 2000 --duration 30s" ;;
+    *) echo "unknown scenario $1" >&2; return 1 ;;
+  esac
+}
+
+echo "== run: duration $DUR, brokers: $BROKERS, scenarios: $SCENARIOS"
+for sc in $SCENARIOS; do
+  args=$(gen_args "$sc")
+  for b in $BROKERS; do
+    start_broker "$b"
+    label=$b; [[ $b == edgegw ]] && label=$edgegw_label
+    rss0=$(rss "$broker_pid"); cpu0=$(cpu_us "$broker_pid"); rss_ready=0
+    rm -f "$work/ready" "$work/peak"
+    if [[ $sc == slowsub ]]; then # peak RSS, sampled every 100 ms
+      ( peak=0; while kill -0 "$broker_pid" 2>/dev/null; do
+          r=$(rss "$broker_pid" 2>/dev/null || echo 0); (( r > peak )) && peak=$r && echo "$peak" >"$work/peak"
+          sleep 0.1; done ) &
+      sampler_pid=$!
+    fi
+    # shellcheck disable=SC2086
+    bin/edgegw-bench $args --addr "127.0.0.1:$port" --json >"$work/out.json" 2>"$work/gen.err" &
+    gen=$!
+    if [[ $sc == idle ]]; then
+      for _ in $(seq 1200); do [[ -f $work/ready ]] && break; kill -0 $gen 2>/dev/null || break; sleep 0.05; done
+      sleep 1 # let per-connection buffers go idle
+      rss_ready=$(rss "$broker_pid")
+    fi
+    status=0; wait $gen || status=$?
+    cpu1=$(cpu_us "$broker_pid")
+    sleep 0.5
+    rss_end=$(rss "$broker_pid")
+    if [[ -n "$sampler_pid" ]]; then kill "$sampler_pid" 2>/dev/null || true; wait "$sampler_pid" 2>/dev/null || true; sampler_pid=""; fi
+    peak=$(cat "$work/peak" 2>/dev/null || echo "$rss_end")
+    stop_broker
+    out=$(cat "$work/out.json"); [[ -n $out ]] || out='{"error":"generator printed nothing"}'
+    printf '{"broker":"%s","scenario":"%s","exit":%d,"cpu_us":%d,"rss_before":%d,"rss_ready":%d,"rss_peak":%d,"rss_end":%d,"gen":%s}\n' \
+      "$label" "$sc" "$status" $((cpu1 - cpu0)) "$rss0" "$rss_ready" "$peak" "$rss_end" "$out" >>"$raw"
+    printf '   %-11s %-12s exit %d  %s\n' "$sc" "$label" "$status" \
+      "$(bin/bench-report -line <<<"$(tail -n1 "$raw")")"
+  done
+done
+
+cp "$raw" "$results/raw-$stamp.jsonl"
+bin/bench-report -in "$raw" -md "$results/$stamp.md" -latest "$results/latest.md" -png "$results/latest.png" \
+  -title "edgegw benchmark $stamp (BENCH_DURATION=$DUR, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo
+cat "$results/latest.md"

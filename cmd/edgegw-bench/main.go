@@ -1,0 +1,170 @@
+// Command edgegw-bench is the load generator of edgegw's benchmark: raw MQTT
+// over TCP through the project's codec, light enough that the broker, not
+// the generator, is what gets measured. See bench/README.md.
+//
+//	edgegw-bench <scenario> [flags]
+//
+// Scenarios: fanin, fanout, latency, idle, slowsub, bidir-qos2.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// Result is one scenario run; with --json it is printed as one JSON object.
+type Result struct {
+	Scenario string  `json:"scenario"`
+	Addr     string  `json:"addr"`
+	QoS      int     `json:"qos"`
+	Size     int     `json:"size"`
+	Version  int     `json:"version"`
+	Pubs     int     `json:"pubs,omitempty"`
+	Subs     int     `json:"subs,omitempty"`
+	Conns    int     `json:"conns,omitempty"`
+	Rate     int     `json:"rate,omitempty"`
+	Duration float64 `json:"duration_s"`
+	ElapsedS float64 `json:"elapsed_s"`
+
+	Sent     int64   `json:"sent"`
+	Acked    int64   `json:"acked"`    // PUBACK/PUBCOMP received by publishers
+	Received int64   `json:"received"` // deliveries to subscribers (all of them)
+	InWindow int64   `json:"received_in_window"`
+	Lost     int64   `json:"lost"` // expected deliveries that never arrived
+	Dups     int64   `json:"dups"` // duplicate or out-of-order deliveries
+	MsgPerS  float64 `json:"msg_per_s"`
+	SendPerS float64 `json:"send_per_s"`
+
+	LatP50us  float64 `json:"lat_p50_us"`
+	LatP99us  float64 `json:"lat_p99_us"`
+	LatP999us float64 `json:"lat_p999_us"`
+	LatMaxUs  float64 `json:"lat_max_us"`
+
+	Established int64   `json:"established,omitempty"` // idle
+	Failed      int64   `json:"failed,omitempty"`      // idle: connections that could not be set up
+	Dropped     int64   `json:"dropped,omitempty"`     // idle: closed by the broker during the hold
+	SetupS      float64 `json:"setup_s,omitempty"`     // idle
+	Cycles      int     `json:"cycles,omitempty"`      // slowsub: subscriber connections
+
+	ReaderErrors int64  `json:"reader_errors,omitempty"`
+	Pass         *bool  `json:"pass,omitempty"` // bidir-qos2
+	Error        string `json:"error,omitempty"`
+}
+
+var scenarios = map[string]func(context.Context, *config, *Result) error{
+	"fanin":      runFanin,
+	"fanout":     runFanout,
+	"latency":    runLatency,
+	"idle":       runIdle,
+	"slowsub":    runSlowsub,
+	"bidir-qos2": runBidirQoS2,
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "usage: edgegw-bench <fanin|fanout|latency|idle|slowsub|bidir-qos2> [flags]")
+	if fs != nil {
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("edgegw-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg config
+	var asJSON bool
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address")
+	fs.IntVar(&cfg.qos, "qos", 0, "QoS of publishes and subscriptions (slowsub: 1, bidir-qos2: 2)")
+	fs.IntVar(&cfg.size, "size", 0, "payload bytes, at least 16 (default 64; slowsub 4096)")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "publishing time; idle: hold time; bidir-qos2: timeout")
+	fs.IntVar(&cfg.count, "count", 0, "messages per publisher (0 = until --duration; bidir-qos2 default 1000)")
+	fs.IntVar(&cfg.pubs, "pubs", 0, "publishers (fanin default 20)")
+	fs.IntVar(&cfg.subs, "subs", 0, "subscribers (fanout default 50)")
+	fs.IntVar(&cfg.rate, "rate", 0, "total msg/s, paced (latency default 2000; 0 = as fast as possible)")
+	fs.IntVar(&cfg.conns, "conns", 0, "idle connections (default 5000)")
+	fs.IntVar(&cfg.version, "version", 0, "MQTT version 4 (3.1.1) or 5 (default 4; bidir-qos2 5)")
+	fs.IntVar(&cfg.window, "window", 16, "in-flight QoS 1/2 publishes per publisher")
+	fs.StringVar(&cfg.readyFile, "ready-file", "", "idle: write this file once all connections are up")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a summary")
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		usage(stderr, fs)
+		return 2
+	}
+	name := args[0]
+	fn, ok := scenarios[name]
+	if !ok {
+		fmt.Fprintf(stderr, "edgegw-bench: %v %q\n", errUnknown, name)
+		usage(stderr, nil)
+		return 2
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if cfg.qos < 0 || cfg.qos > 2 || (cfg.version != 0 && cfg.version != 4 && cfg.version != 5) || cfg.window < 1 ||
+		(cfg.size != 0 && cfg.size < minPayload) || cfg.duration <= 0 {
+		fmt.Fprintln(stderr, "edgegw-bench: bad flags: need --qos 0..2, --version 4|5, --window >= 1, --size >= 16, --duration > 0")
+		return 2
+	}
+	if cfg.size == 0 && name != "slowsub" {
+		cfg.size = 64
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	// Everything is bounded: setup, the run, and the drain.
+	ctx, cancelT := context.WithTimeout(ctx, cfg.duration+60*time.Second)
+	defer cancelT()
+
+	res := &Result{Scenario: name, Addr: cfg.addr, QoS: cfg.qos, Size: cfg.size, Version: int(cfg.ver()), Duration: cfg.duration.Seconds()}
+	err := fn(ctx, &cfg, res)
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.Encode(res)
+	} else {
+		summary(stdout, res)
+	}
+	if err != nil || (res.Pass != nil && !*res.Pass) {
+		return 1
+	}
+	return 0
+}
+
+func summary(w io.Writer, r *Result) {
+	fmt.Fprintf(w, "%s against %s (MQTT v%d, QoS %d, %d B payload)\n", r.Scenario, r.Addr, map[int]int{4: 3, 5: 5}[r.Version], r.QoS, r.Size)
+	switch r.Scenario {
+	case "idle":
+		fmt.Fprintf(w, "  connections: %d established, %d failed, %d dropped during hold; setup %.2fs\n",
+			r.Established, r.Failed, r.Dropped, r.SetupS)
+	case "slowsub":
+		fmt.Fprintf(w, "  publisher: sent %d (%.0f msg/s), acked %d; subscriber: %d connections, %d messages received, never acked\n",
+			r.Sent, r.SendPerS, r.Acked, r.Cycles, r.Received)
+	default:
+		fmt.Fprintf(w, "  pubs %d, subs %d; sent %d, received %d, lost %d, dup/reordered %d\n",
+			r.Pubs, r.Subs, r.Sent, r.Received, r.Lost, r.Dups)
+		fmt.Fprintf(w, "  delivered %.0f msg/s (sent %.0f msg/s)\n", r.MsgPerS, r.SendPerS)
+		fmt.Fprintf(w, "  latency p50 %.0fµs  p99 %.0fµs  p99.9 %.0fµs  max %.0fµs\n", r.LatP50us, r.LatP99us, r.LatP999us, r.LatMaxUs)
+	}
+	if r.Pass != nil {
+		verdict := "FAIL"
+		if *r.Pass {
+			verdict = "PASS"
+		}
+		fmt.Fprintf(w, "  %s in %.2fs\n", verdict, r.ElapsedS)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "  error: %s\n", r.Error)
+	}
+}
