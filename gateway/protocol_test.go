@@ -203,7 +203,6 @@ func TestProtocolGoldenValid(t *testing.T) {
 // not CONNECT (PINGREQ, DISCONNECT) must be refused at once, not when
 // connect_timeout ends.
 func TestProtocolShortFirstPacket(t *testing.T) {
-	t.Skip("BUG: reader.go:21 Peek(4) for HTTP sniffing blocks a 2-byte non-CONNECT first packet until connect_timeout")
 	b := startBroker(t, gateway.Options{AllowAnonymous: true, ConnectTimeout: time.Minute})
 	for _, tc := range []struct {
 		name string

@@ -18,10 +18,14 @@ func (c *client) readLoop() error {
 	// [MQTT-3.1.0-1] the first packet must be CONNECT, within connect_timeout.
 	c.conn.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
 	c.br = getReader(c.conn)
-	if head, err := c.br.Peek(4); err == nil && looksLikeHTTP(head) {
-		c.setReason(CloseProtocolError)
-		c.log.Warn("http request on an mqtt port; use a websocket listener", "reason", CloseProtocolError.String())
-		return errors.New("http request on mqtt port")
+	// Peek only what has arrived: a short non-CONNECT packet must be
+	// refused at once, not after connect_timeout.
+	if _, err := c.br.Peek(1); err == nil {
+		if head, _ := c.br.Peek(min(4, c.br.Buffered())); looksLikeHTTP(head) {
+			c.setReason(CloseProtocolError)
+			c.log.Warn("http request on an mqtt port; use a websocket listener", "reason", CloseProtocolError.String())
+			return errors.New("http request on mqtt port")
+		}
 	}
 	pk, err := packet.Decode(c.br, 0, max)
 	if err != nil {

@@ -161,10 +161,17 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 	}
 	var taken int64
 	for s.queue.len() > 0 && taken < maxBytes {
+		var q queued
 		if f := s.queue.front(); f.qos > 0 && len(s.inflight) >= window {
-			break
+			// The window gates only QoS 1/2: QoS 0 messages queued behind
+			// a waiting one still go out (field report 000, principle 1).
+			var ok bool
+			if q, ok = s.queue.removeFirstQoS0(); !ok {
+				break
+			}
+		} else {
+			q = s.queue.pop()
 		}
-		q := s.queue.pop()
 		taken += q.msg.size()
 		if q.msg.expired(now) {
 			s.charge(-q.msg.size())
