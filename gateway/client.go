@@ -58,6 +58,9 @@ type client struct {
 	pub        packet.Publish // scratch, reused for every outgoing PUBLISH
 	out        []outgoing
 
+	amu  sync.Mutex // guards acks; taken before wmu, never after
+	acks []*ackSlot // QoS 1/2 acks waiting for a sink's verdict, in PUBLISH order
+
 	wmu     sync.Mutex // guards the fields below
 	ctrl    []packet.Packet
 	spare   []packet.Packet

@@ -18,6 +18,7 @@ const (
 	CloseTakenOver                    // another connection took the session over
 	CloseNotAuthorized                // CONNECT refused
 	CloseShutdown                     // the server is stopping
+	CloseNotStored                    // a 3.1.1 message a bridge spool could not keep: no ack, closed so it is resent
 	numCloseReasons
 )
 
@@ -34,6 +35,7 @@ var closeReasonNames = [...]string{
 	CloseTakenOver:        "session_taken_over",
 	CloseNotAuthorized:    "not_authorized",
 	CloseShutdown:         "shutdown",
+	CloseNotStored:        "not_stored",
 }
 
 func (r CloseReason) String() string {

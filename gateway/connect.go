@@ -204,56 +204,123 @@ func (c *client) handlePublish(p *packet.Publish) error {
 			m.Expiry = time.Now().Add(time.Duration(p.Props.MessageExpiry) * time.Second)
 		}
 	}
-	switch p.QoS {
-	case 0:
+	if p.QoS == 0 {
 		c.srv.route(m)
 		return nil
-	case 1:
-		if err := c.srv.route(m); err != nil {
-			return c.notKept(p, err)
-		}
-		return c.ack(p, packet.Success)
-	default:
+	}
+	if p.QoS == 2 {
 		fresh, owner := c.sess.receiveQoS2(c, p.PacketID)
 		if !owner {
 			return errClosed
 		}
-		if fresh {
-			if err := c.srv.route(m); err != nil {
-				c.sess.forgetQoS2(c, p.PacketID)
-				return c.notKept(p, err)
+		if !fresh {
+			// A duplicate: acknowledged again, never delivered twice
+			// [MQTT-4.3.3-9]; behind any acks still waiting, to keep order.
+			if c.slotsPending() {
+				c.slotDone(c.addSlot(p), nil)
+				return nil
 			}
-		} // else: a duplicate, re-acknowledged and not delivered again [MQTT-4.3.3-9]
+			return c.ack(p, packet.Success)
+		}
+	}
+	if !c.srv.sinks.active() && !c.slotsPending() {
+		if err := c.srv.route(m); err != nil {
+			return c.notKept(p.QoS, p.PacketID, p.Topic, err)
+		}
 		return c.ack(p, packet.Success)
+	}
+	// A sink (a bridge's spool) must keep the message before it is
+	// acknowledged; its verdict arrives later and the reader goes on.
+	slot := c.addSlot(p)
+	pending, err := c.srv.routeKept(m, func(err error) { c.slotDone(slot, err) })
+	if !pending {
+		c.slotDone(slot, err)
+	}
+	return nil
+}
+
+// ackSlot is a QoS 1/2 acknowledgement waiting for the sinks' verdict.
+// Acks are released strictly in PUBLISH order [MQTT-4.6.0-2].
+type ackSlot struct {
+	qos   byte
+	id    uint16
+	topic string
+	done  bool
+	err   error
+}
+
+func (c *client) addSlot(p *packet.Publish) *ackSlot {
+	s := &ackSlot{qos: p.QoS, id: p.PacketID, topic: p.Topic}
+	c.amu.Lock()
+	c.acks = append(c.acks, s)
+	c.amu.Unlock()
+	return s
+}
+
+func (c *client) slotsPending() bool {
+	c.amu.Lock()
+	defer c.amu.Unlock()
+	return len(c.acks) > 0
+}
+
+// slotDone records a verdict and sends every acknowledgement at the head
+// of the queue that is now decided. Called from sink goroutines; the acks
+// are queued on the control lane under amu so their order holds.
+func (c *client) slotDone(s *ackSlot, err error) {
+	c.amu.Lock()
+	defer c.amu.Unlock()
+	s.done, s.err = true, err
+	n := 0
+	for n < len(c.acks) && c.acks[n].done {
+		h := c.acks[n]
+		c.acks[n] = nil
+		n++
+		if h.err != nil {
+			c.notKept(h.qos, h.id, h.topic, h.err)
+			continue
+		}
+		c.ackID(h.qos, h.id, packet.Success)
+	}
+	c.acks = c.acks[n:]
+	if len(c.acks) == 0 {
+		c.acks = nil
 	}
 }
 
 // ack answers a QoS 1/2 PUBLISH (nothing for QoS 0). Before v5 there is no
 // negative ack: the message is acknowledged and dropped, as mosquitto does.
 func (c *client) ack(p *packet.Publish, code packet.ReasonCode) error {
+	c.ackID(p.QoS, p.PacketID, code)
+	return nil
+}
+
+func (c *client) ackID(qos byte, id uint16, code packet.ReasonCode) {
 	if c.version != packet.V5 {
 		code = packet.Success
 	}
-	switch p.QoS {
+	switch qos {
 	case 1:
-		c.sendCtrl(&packet.Puback{PacketID: p.PacketID, ReasonCode: code})
+		c.sendCtrl(&packet.Puback{PacketID: id, ReasonCode: code})
 	case 2:
-		c.sendCtrl(&packet.Pubrec{PacketID: p.PacketID, ReasonCode: code})
+		c.sendCtrl(&packet.Pubrec{PacketID: id, ReasonCode: code})
 	}
-	return nil
 }
 
 // notKept handles a message a sink (bridge spool) could not store: a v5
 // client gets a negative ack; a 3.1.1 client, which has no such thing, is
 // disconnected without an ack so it sends the message again later — never
 // acknowledge what was not kept.
-func (c *client) notKept(p *packet.Publish, err error) error {
-	c.log.Warn("message not stored", "topic", p.Topic, "err", err)
-	if c.version == packet.V5 {
-		return c.ack(p, packet.ImplementationSpecificError)
+func (c *client) notKept(qos byte, id uint16, topic string, err error) error {
+	c.log.Warn("message not stored", "topic", topic, "err", err)
+	if qos == 2 {
+		c.sess.forgetQoS2(c, id) // the client will send it again
 	}
-	c.setReason(CloseWriteError)
-	return fmt.Errorf("publish %q not stored: %w", p.Topic, err)
+	if c.version == packet.V5 {
+		c.ackID(qos, id, packet.ImplementationSpecificError)
+		return nil
+	}
+	c.closeWith(CloseNotStored, 0)
+	return fmt.Errorf("publish %q not stored: %w", topic, err)
 }
 
 func (c *client) handleSubscribe(p *packet.Subscribe) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
@@ -99,11 +100,21 @@ func (r *routing) reset() {
 // The error is a sink's (a bridge could not take the message durably); the
 // subscribers have been served regardless.
 func (s *Server) route(m *Message) error {
+	_, err := s.routeKept(m, nil)
+	return err
+}
+
+// routeKept is route for a publisher that waits for the sinks' verdict
+// without blocking: with onKept set, asynchronous sinks report later and
+// routeKept returns pending = true; onKept is then called exactly once
+// (possibly before routeKept returns) with the combined error. Without
+// pending, err is the synchronous verdict.
+func (s *Server) routeKept(m *Message, onKept func(error)) (pending bool, err error) {
 	s.stats.received.Add(1)
 	if m.Retain {
 		s.retain(m)
 	}
-	sinkErr := s.sinks.deliver(m)
+	pending, sinkErr := s.sinks.deliver(m, onKept)
 
 	r := routingPool.Get().(*routing)
 	s.subs.Match(m.Topic, func(filter, key string, sub subscription) {
@@ -130,7 +141,7 @@ func (s *Server) route(m *Message) error {
 	}
 	r.reset()
 	routingPool.Put(r)
-	return sinkErr
+	return pending, sinkErr
 }
 
 // pickShared chooses one member of a shared subscription group, round-robin
@@ -158,6 +169,41 @@ type Sink interface {
 	// Accept takes the message. An error means it could not be kept; the
 	// publisher is then not acknowledged as successful.
 	Accept(m *Message) error
+}
+
+// AsyncSink is a Sink that can report durability later. AcceptAsync must not
+// wait for I/O completion: it stores the message (e.g. appends it to the
+// spool's file) and calls done exactly once, from any goroutine, when the
+// message is durable (err == nil) or could not be kept (err != nil). done is
+// cheap and never blocks. Calls for one sink are made in the order the
+// gateway accepted the messages; done calls may come in any order. The
+// publisher's acknowledgement waits for done, the publisher's connection
+// does not: its pings and other packets carry on meanwhile.
+type AsyncSink interface {
+	Sink
+	AcceptAsync(m *Message, done func(error))
+}
+
+// keep gathers the verdicts of the asynchronous sinks of one message.
+type keep struct {
+	left atomic.Int32 // outstanding verdicts, plus one guard while dispatching
+	mu   sync.Mutex
+	errs []error
+	done func(error)
+}
+
+func (k *keep) finish(name string, err error) {
+	if err != nil {
+		k.mu.Lock()
+		k.errs = append(k.errs, fmt.Errorf("sink %s: %w", name, err))
+		k.mu.Unlock()
+	}
+	if k.left.Add(-1) == 0 {
+		k.mu.Lock()
+		err := errors.Join(k.errs...)
+		k.mu.Unlock()
+		k.done(err)
+	}
 }
 
 type sinkEntry struct {
@@ -195,9 +241,12 @@ func (s *Server) RemoveSink(name, filter string) { s.sinks.t().Remove(filter, na
 // BridgeOrigin is the Origin of a message that entered through bridge name.
 func BridgeOrigin(name string) string { return "$bridge/" + name }
 
-func (ss *sinkSet) deliver(m *Message) error {
-	if ss.tree == nil || ss.t().Len() == 0 {
-		return nil
+// active reports whether any sink is registered.
+func (ss *sinkSet) active() bool { return ss.tree != nil && ss.t().Len() > 0 }
+
+func (ss *sinkSet) deliver(m *Message, onKept func(error)) (pending bool, err error) {
+	if !ss.active() {
+		return false, nil
 	}
 	var buf [4]sinkEntry
 	picked := buf[:0]
@@ -214,10 +263,30 @@ func (ss *sinkSet) deliver(m *Message) error {
 	})
 	// Accept may wait for a disk flush: call it outside the tree's lock.
 	var errs []error
+	var k *keep
 	for _, e := range picked {
+		if as, ok := e.sink.(AsyncSink); ok && onKept != nil {
+			if k == nil {
+				k = &keep{done: onKept}
+				k.left.Store(1) // the guard, released below
+			}
+			k.left.Add(1)
+			name := e.name
+			as.AcceptAsync(m, func(err error) { k.finish(name, err) })
+			continue
+		}
 		if err := e.sink.Accept(m); err != nil {
 			errs = append(errs, fmt.Errorf("sink %s: %w", e.name, err))
 		}
 	}
-	return errors.Join(errs...)
+	if k == nil {
+		return false, errors.Join(errs...)
+	}
+	if len(errs) > 0 {
+		k.mu.Lock()
+		k.errs = append(k.errs, errs...)
+		k.mu.Unlock()
+	}
+	k.finish("", nil) // release the guard; may complete right here
+	return true, nil
 }
