@@ -7,18 +7,23 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/devices/framing"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/internal/config"
@@ -82,24 +87,41 @@ func runGateway(ctx context.Context, p runParams) error {
 
 	// Bind every listener before anything is reported ready.
 	var lns []listener
+	var reloaders []*listeners.CertReloader
+	var serials []*listeners.Serial
 	for _, l := range cfg.Listeners {
-		var ln listener
-		switch l.Type {
-		case config.ListenerTCP:
-			ln = &listeners.TCP{Name: l.Name, Address: l.Address, Log: log}
-		default:
-			log.Warn("listener type not wired yet", "listener", l.Name, "type", l.Type)
-			continue
+		ln, rl, err := newListener(l, cfg, log)
+		if err != nil {
+			return err
+		}
+		if rl != nil {
+			reloaders = append(reloaders, rl)
+		}
+		if s, ok := ln.(*listeners.Serial); ok {
+			serials = append(serials, s)
 		}
 		if err := ln.Listen(); err != nil {
 			return err
 		}
 		lns = append(lns, ln)
 	}
+
+	var bridges []*bridge.Bridge
+	for _, bc := range cfg.Bridges {
+		b, err := bridge.New(bridgeConfig(bc, cfg.Persistence), gw, log)
+		if err != nil {
+			return fmt.Errorf("bridge %s: %w", bc.Name, err)
+		}
+		bridges = append(bridges, b)
+	}
+
 	var ms *metrics.Server
 	if cfg.Metrics.Address != "" {
 		ms = &metrics.Server{Address: cfg.Metrics.Address, Log: log, Sources: metrics.Sources{
 			Gateway: gw.Stats,
+			Bridges: func() []metrics.BridgeStatus { return bridgeStatuses(bridges) },
+			Links:   func() []metrics.LinkStatus { return linkStatuses(serials) },
+			Health:  newHealth(bridges, 5*time.Minute),
 		}}
 		if err := ms.Listen(); err != nil {
 			return err
@@ -108,6 +130,9 @@ func runGateway(ctx context.Context, p runParams) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return gw.Run(ctx) })
+	for _, b := range bridges {
+		g.Go(func() error { return b.Run(ctx) })
+	}
 	for _, ln := range lns {
 		g.Go(func() error { return ln.Serve(ctx, gw.ServeConn) })
 	}
@@ -115,9 +140,9 @@ func runGateway(ctx context.Context, p runParams) error {
 		g.Go(func() error { return ms.Serve(ctx) })
 	}
 	g.Go(func() error {
-		return supervise(ctx, p, gw, files)
+		return supervise(ctx, p, gw, files, reloaders, bridges)
 	})
-	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns))
+	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges))
 	err := g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("gateway: %w", err)
@@ -127,7 +152,8 @@ func runGateway(ctx context.Context, p runParams) error {
 
 // supervise talks to systemd (READY, STATUS, WATCHDOG, STOPPING) and handles
 // SIGHUP until ctx is done. Outside systemd the notifications are no-ops.
-func supervise(ctx context.Context, p runParams, gw *gateway.Server, files *auth.Files) error {
+func supervise(ctx context.Context, p runParams, gw *gateway.Server, files *auth.Files,
+	reloaders []*listeners.CertReloader, bridges []*bridge.Bridge) error {
 	log := p.log
 	notify := func(state string) {
 		if _, err := daemon.SdNotify(false, state); err != nil {
@@ -151,8 +177,14 @@ func supervise(ctx context.Context, p runParams, gw *gateway.Server, files *auth
 	}
 	status := func() {
 		st := gw.Stats()
-		notify(fmt.Sprintf("STATUS=%d clients connected, %d sessions, %d queued", st.SessionsConnected,
-			st.SessionsConnected+st.SessionsDisconnected, st.QueuedMessages))
+		up := 0
+		for _, b := range bridges {
+			if b.Stats().State == bridge.Connected {
+				up++
+			}
+		}
+		notify(fmt.Sprintf("STATUS=%d clients connected, %d sessions, %d queued, bridges %d/%d up",
+			st.SessionsConnected, st.SessionsConnected+st.SessionsDisconnected, st.QueuedMessages, up, len(bridges)))
 	}
 	status()
 	for {
@@ -168,6 +200,11 @@ func supervise(ctx context.Context, p runParams, gw *gateway.Server, files *auth
 			}
 		case <-hup:
 			reload(p, files)
+			for _, rl := range reloaders {
+				if err := rl.Reload(); err != nil {
+					log.Error("reload: tls certificate; keeping the previous one", "err", err)
+				}
+			}
 		}
 	}
 }
@@ -218,8 +255,123 @@ func reload(p runParams, files *auth.Files) {
 	if cfg.Metrics != old.Metrics || cfg.Persistence != old.Persistence {
 		restart = append(restart, "metrics/persistence")
 	}
+	if fmt.Sprint(cfg.Bridges) != fmt.Sprint(old.Bridges) {
+		restart = append(restart, "bridges")
+	}
 	if len(restart) > 0 {
 		log.Warn("reload: these changes need a restart", "changed", strings.Join(restart, ", "))
 	}
 	log.Info("reloaded", "log_level", cfg.Log.Level)
+}
+
+// newListener builds the listener for one config entry (and its certificate
+// reloader when it uses TLS).
+func newListener(l config.Listener, cfg config.Config, log *slog.Logger) (listener, *listeners.CertReloader, error) {
+	var tlsCfg *tls.Config
+	var rl *listeners.CertReloader
+	if l.TLS.Enabled() {
+		var err error
+		tlsCfg, rl, err = listeners.TLSConfig(l.TLS.Cert, l.TLS.Key, l.TLS.ClientCA)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listener %s: %w", l.Name, err)
+		}
+		rl.Log = log
+	}
+	switch l.Type {
+	case config.ListenerTCP:
+		return &listeners.TCP{Name: l.Name, Address: l.Address, TLS: tlsCfg, UseCNAsUsername: l.TLS.UseCNAsUsername, Log: log}, rl, nil
+	case config.ListenerWebSocket:
+		return &listeners.WebSocket{Name: l.Name, Address: l.Address, Path: l.Path, TLS: tlsCfg,
+			UseCNAsUsername: l.TLS.UseCNAsUsername, AllowedOrigins: l.AllowedOrigins,
+			WriteTimeout: cfg.Limits.WriteTimeout, Log: log}, rl, nil
+	case config.ListenerSerial:
+		mode, err := framing.ParseMode(l.Framing)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listener %s: %w", l.Name, err)
+		}
+		return &listeners.Serial{Name: l.Name, Device: l.Device, Baud: l.Baud, Framing: mode,
+			MaxFrame: int(l.MaxFrameSize), Log: log}, nil, nil
+	}
+	return nil, nil, fmt.Errorf("listener %s: unknown type %q", l.Name, l.Type)
+}
+
+// bridgeConfig maps one bridges[] entry; its spool lives in
+// <persistence.dir>/bridges/<name> (memory-backed temp dir without one).
+func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
+	bc := bridge.Config{
+		Name: b.Name, Addresses: b.Addresses, ClientID: b.ClientID, Username: b.Username, Password: b.Password,
+		CleanSession: b.CleanSession, KeepAlive: b.Keepalive, ConnectTimeout: b.ConnectTimeout,
+		WriteTimeout: b.WriteTimeout, AckTimeout: b.AckTimeout, MaxInflight: b.MaxInflight,
+		ReconnectMin: b.ReconnectMin, ReconnectMax: b.ReconnectMax,
+		TLS: bridge.TLSConfig{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key, ServerName: b.TLS.ServerName,
+			InsecureSkipVerify: b.TLS.InsecureSkipVerify},
+		SpoolMaxBytes: b.Spool.MaxBytes, SpoolSync: p.Sync, SpoolSyncInterval: p.SyncInterval,
+	}
+	if p.Dir != "" {
+		bc.SpoolDir = filepath.Join(p.Dir, "bridges", b.Name)
+	}
+	for _, t := range b.Topics {
+		bc.Topics = append(bc.Topics, bridge.Rule{Pattern: t.Pattern, Direction: bridge.Direction(t.Direction),
+			QoS: t.QoS, LocalPrefix: t.LocalPrefix, RemotePrefix: t.RemotePrefix})
+	}
+	return bc
+}
+
+func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
+	out := make([]metrics.BridgeStatus, 0, len(bridges))
+	for _, b := range bridges {
+		st := b.Stats()
+		out = append(out, metrics.BridgeStatus{
+			Name: b.Name(), Connected: st.State == bridge.Connected,
+			Connects: int64(st.Connects), Disconnects: int64(st.Disconnects),
+			WatchdogTrips: int64(st.WatchdogTrips), WriteTimeouts: int64(st.WriteTimeouts),
+			Inflight: st.InFlight, Sent: int64(st.Sent), Acked: int64(st.Acked), Received: int64(st.Received),
+			SpoolMessages: st.SpoolMessages, SpoolBytes: st.SpoolBytes, SpoolDropped: int64(st.SpoolDropped),
+		})
+	}
+	return out
+}
+
+func linkStatuses(serials []*listeners.Serial) []metrics.LinkStatus {
+	out := make([]metrics.LinkStatus, 0, len(serials))
+	for _, s := range serials {
+		st := s.Stats()
+		out = append(out, metrics.LinkStatus{
+			Name: s.Name, State: st.State, Opens: int64(st.Opens), Failures: int64(st.Failures),
+			GoodFrames: int64(st.Frames.Good),
+			BadFrames: map[string]int64{"crc": int64(st.Frames.BadCRC), "cobs": int64(st.Frames.BadCOBS),
+				"oversize": int64(st.Frames.Oversize), "short": int64(st.Frames.Short)},
+		})
+	}
+	return out
+}
+
+// newHealth reports a bridge as a problem once it has been disconnected for
+// longer than grace (an uplink flapping for a few seconds is not unhealthy;
+// one down for minutes is).
+func newHealth(bridges []*bridge.Bridge, grace time.Duration) func() []string {
+	var mu sync.Mutex
+	downSince := make(map[string]time.Time)
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var problems []string
+		now := time.Now()
+		for _, b := range bridges {
+			st := b.Stats()
+			if st.State == bridge.Connected {
+				delete(downSince, b.Name())
+				continue
+			}
+			since, ok := downSince[b.Name()]
+			if !ok {
+				downSince[b.Name()] = now
+				continue
+			}
+			if d := now.Sub(since); d > grace {
+				problems = append(problems, fmt.Sprintf("bridge %s disconnected for %s: %s", b.Name(), d.Round(time.Second), st.LastError))
+			}
+		}
+		return problems
+	}
 }
