@@ -36,3 +36,8 @@ test-packaging:
 
 dist-clean:
 	rm -rf '$(DIST_DIR)'
+
+# ARM builds under qemu-user (installs qemu-user-static if missing).
+.PHONY: test-arm
+test-arm:
+	./scripts/test-arm.sh
