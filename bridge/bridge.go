@@ -252,27 +252,67 @@ func (b *Bridge) setState(s State, addr string, why error) {
 	}
 }
 
-// sink is the bridge's spool as seen by the gateway.
+// sink is the bridge's spool as seen by the gateway: a gateway.AsyncSink.
 type sink struct{ b *Bridge }
 
-// Accept maps m through the out rules and appends it to the spool; it
-// returns once the message is durable (group commit), before the local
-// publisher is acknowledged.
-func (k sink) Accept(m *gateway.Message) error {
+var _ gateway.AsyncSink = sink{}
+
+// spoolMessage maps m through the out rules; ok is false if the bridge
+// does not take it (its own message coming back, or no out rule matches).
+func (k sink) spoolMessage(m *gateway.Message) (sm spool.Message, ok bool) {
 	b := k.b
 	if m.Origin == b.origin { // loop prevention (the gateway checks it too)
-		return nil
+		return sm, false
 	}
 	remote, qos, ok := b.c.outTopic(m.Topic, m.QoS)
 	if !ok {
+		return sm, false
+	}
+	return spool.Message{Topic: remote, Payload: m.Payload, QoS: qos, Retain: m.Retain}, true
+}
+
+// refused counts and wraps an error of the spool about local topic.
+func (k sink) refused(topic string, err error) error {
+	k.b.acceptFailed.Add(1)
+	return fmt.Errorf("bridge %s: spool %q: %w", k.b.cfg.Name, topic, err)
+}
+
+// Accept maps m through the out rules and appends it to the spool; it
+// returns once the message is durable (group commit), before the local
+// publisher is acknowledged. The gateway uses AcceptAsync; Accept is for
+// callers that want to block.
+func (k sink) Accept(m *gateway.Message) error {
+	sm, ok := k.spoolMessage(m)
+	if !ok {
 		return nil
 	}
-	sp := b.spool.Load()
-	if _, err := sp.Append(context.Background(), spool.Message{Topic: remote, Payload: m.Payload, QoS: qos, Retain: m.Retain}); err != nil {
-		b.acceptFailed.Add(1)
-		return fmt.Errorf("bridge %s: spool %q: %w", b.cfg.Name, m.Topic, err)
+	if _, err := k.b.spool.Load().Append(context.Background(), sm); err != nil {
+		return k.refused(m.Topic, err)
 	}
 	return nil
+}
+
+// AcceptAsync maps m through the out rules and writes it to the spool
+// before it returns (so messages keep the order of the calls), without
+// waiting for the fsync; done reports when the group commit covering it
+// made it durable, or why it could not be kept. The gateway sends the
+// publisher's PUBACK/PUBREC from done, so a local connection is not held to
+// one message per commit window and its PINGREQs do not wait behind it.
+// done is called exactly once, possibly before AcceptAsync returns; the
+// spool's Close completes every pending done.
+func (k sink) AcceptAsync(m *gateway.Message, done func(error)) {
+	sm, ok := k.spoolMessage(m)
+	if !ok {
+		done(nil)
+		return
+	}
+	topic := m.Topic // not m: the payload need not live until the commit
+	k.b.spool.Load().AppendAsync(sm, func(_ spool.ID, err error) {
+		if err != nil {
+			err = k.refused(topic, err)
+		}
+		done(err)
+	})
 }
 
 // inbound is paho's handler for every message from upstream (called in

@@ -227,6 +227,10 @@ func TestHalfOpenUplink(t *testing.T) {
 
 			publishMany(t, lc, "sensors/t1", 20, "a")
 			eventually(t, 10*time.Second, "first batch", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 20 })
+			// ... and acked to the bridge: a PUBACK still on its way when the
+			// proxy freezes counts as "read from upstream" after the next
+			// publishes were sent and postpones the watchdog by a period.
+			eventually(t, 10*time.Second, "first batch acked", func() bool { return b.Stats().SpoolMessages == 0 })
 
 			px.freeze()
 			frozen := time.Now()

@@ -37,7 +37,16 @@
 //
 // Every local message matching an out rule is appended to the bridge's
 // durable spool (bridge/spool) before the local publisher gets its
-// PUBACK/PUBREC, and removed only after the upstream PUBACK (QoS 1) or
+// PUBACK/PUBREC. The bridge is a gateway.AsyncSink: AcceptAsync writes the
+// record at once, on the publisher's reader goroutine and in its order, and
+// the gateway sends the PUBACK/PUBREC when the group commit covering it
+// reports it durable (spool.AppendAsync). The publisher's connection does
+// not wait meanwhile: it keeps reading publishes (a pipelining publisher
+// gets many messages into one commit window, not one per window) and its
+// PINGREQs are answered at once. A message the spool could not keep gets
+// a negative acknowledgement (Stats.AcceptFailed). Accept, the blocking
+// form, remains for callers that want to wait. A message is removed from
+// the spool only after the upstream PUBACK (QoS 1) or
 // PUBCOMP (QoS 2); QoS 0 messages are removed once written. So a message
 // acknowledged locally survives an uplink outage, a crash and a reboot
 // (SpoolSync "batch" or "always"; with "none" a power loss may lose the last

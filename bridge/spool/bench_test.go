@@ -63,3 +63,33 @@ func BenchmarkNextAck(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkAppendAsync: ONE goroutine issues b.N AppendAsync calls (at most
+// 4096 in flight) in SyncBatch mode with the default 20ms window, and waits
+// for every done. "windows" is the elapsed time in commit windows: with
+// Append a single caller needs b.N of them.
+func BenchmarkAppendAsync(b *testing.B) {
+	s := openT(b, Options{Dir: b.TempDir(), Sync: SyncBatch, SyncInterval: DefaultSyncInterval, MaxBytes: 1 << 30})
+	msg := Message{Topic: "site-a/sensors/temp/42", Payload: make([]byte, 256), QoS: 1}
+	before := s.Stats().Syncs
+	slots := make(chan struct{}, 4096)
+	done := func(_ ID, err error) {
+		if err != nil {
+			b.Error(err)
+		}
+		<-slots
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		slots <- struct{}{}
+		s.AppendAsync(msg, done)
+	}
+	for range cap(slots) {
+		slots <- struct{}{}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(s.Stats().Syncs-before)/float64(b.N), "fsyncs/msg")
+	b.ReportMetric(float64(b.Elapsed())/float64(DefaultSyncInterval), "windows")
+}

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -228,7 +227,8 @@ func FuzzOpen(f *testing.F) {
 }
 
 // The kill -9 test: a child process (this test binary, re-executed) appends
-// from several goroutines and prints each ID once Append has returned. The
+// from several goroutines and prints each ID once Append has returned (or
+// AppendAsync's done reported it durable). The
 // parent SIGKILLs it at a random point, reopens the spool and checks that
 // every ID reported durable is there. Three rounds on the same directory.
 
@@ -250,9 +250,12 @@ func checkCrashMsg(m Message) bool {
 	return equalMsg(m, crashMsg(g, i))
 }
 
-// crashChild runs in the child process until it is killed.
+// crashChild runs in the child process until it is killed. arg is
+// "dir,mode" (Append) or "dir,mode,async" (AppendAsync, an ID is printed
+// once its done reported it durable).
 func crashChild(arg string) {
-	dir, mode, _ := strings.Cut(arg, ",")
+	dir, rest, _ := strings.Cut(arg, ",")
+	mode, variant, _ := strings.Cut(rest, ",")
 	sm, err := ParseSyncMode(mode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -263,21 +266,39 @@ func crashChild(arg string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	var mu sync.Mutex
+	durable := make(chan ID, 4096)
+	go func() {
+		for id := range durable {
+			fmt.Fprintf(os.Stdout, "%d\n", id) // one write(2): atomic on a pipe
+			if id%3 == 0 {
+				s.Ack(id) // some acks too: segment deletion, acks.log
+			}
+		}
+	}()
 	for g := range 8 {
 		go func() {
+			if variant != "async" {
+				for i := 0; ; i++ {
+					id, err := s.Append(context.Background(), crashMsg(g, i))
+					if err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						os.Exit(3)
+					}
+					durable <- id
+				}
+			}
+			// Up to 256 appends in flight per goroutine.
+			slots := make(chan struct{}, 256)
 			for i := 0; ; i++ {
-				id, err := s.Append(context.Background(), crashMsg(g, i))
-				if err != nil {
-					fmt.Fprintln(os.Stderr, err)
-					os.Exit(3)
-				}
-				mu.Lock()
-				fmt.Fprintf(os.Stdout, "%d\n", id) // one write(2): atomic on a pipe
-				mu.Unlock()
-				if id%3 == 0 {
-					s.Ack(id) // some acks too: segment deletion, acks.log
-				}
+				slots <- struct{}{}
+				s.AppendAsync(crashMsg(g, i), func(id ID, err error) {
+					if err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						os.Exit(3)
+					}
+					durable <- id
+					<-slots
+				})
 			}
 		}()
 	}
@@ -286,10 +307,14 @@ func crashChild(arg string) {
 
 // runCrashChild starts a child on dir, kills it after it reported killAfter
 // IDs and returns every ID it reported.
-func runCrashChild(t *testing.T, dir string, mode SyncMode, killAfter int) []ID {
+func runCrashChild(t *testing.T, dir string, mode SyncMode, async bool, killAfter int) []ID {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir+","+mode.String())
+	arg := dir + "," + mode.String()
+	if async {
+		arg += ",async"
+	}
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+arg)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -330,7 +355,13 @@ func runCrashChild(t *testing.T, dir string, mode SyncMode, killAfter int) []ID 
 	return ids
 }
 
-func TestKill9(t *testing.T) {
+func TestKill9(t *testing.T) { testKill9(t, false) }
+
+// TestKill9Async: the same with AppendAsync; an ID counts as durable once
+// its done reported nil.
+func TestKill9Async(t *testing.T) { testKill9(t, true) }
+
+func testKill9(t *testing.T, async bool) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
@@ -343,7 +374,7 @@ func TestKill9(t *testing.T) {
 			durable := map[ID]bool{}
 			var prevMax ID
 			for round := range 3 {
-				ids := runCrashChild(t, dir, mode, 50+rng.IntN(1500))
+				ids := runCrashChild(t, dir, mode, async, 50+rng.IntN(1500))
 				roundMax := prevMax
 				for _, id := range ids {
 					if id <= prevMax {

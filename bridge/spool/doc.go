@@ -3,8 +3,8 @@
 // A message bound for the cloud broker is appended to the spool before the
 // gateway acknowledges it to the sensor (PUBACK/PUBREC), and it is removed
 // only when the upstream broker has acknowledged it (DESIGN.md, principle 4).
-// The bridge is the only user: Append on the receive path, Next/Peek and Ack
-// on the uplink path.
+// The bridge is the only user: AppendAsync (or Append) on the receive path,
+// Next/Peek and Ack on the uplink path.
 //
 // # Files
 //
@@ -47,22 +47,34 @@
 // # Durability contract
 //
 // A record is written to the active segment (pwrite, no user-space buffer)
-// before Append returns, so from then on it survives kill -9 in every mode.
-// Against power loss:
+// before Append or AppendAsync returns, so from then on it survives kill -9
+// in every mode. Against power loss, Append returns (and AppendAsync calls
+// its done with nil):
 //
-//   - SyncAlways: Append returns after an fsync that covers the record.
-//     Concurrent appenders share an fsync (the flusher starts one as soon as
-//     someone waits, and everyone who wrote meanwhile rides the next one).
-//   - SyncBatch: Append returns after the group commit that covers it: the
-//     flusher waits Options.SyncInterval after the first write, then does one
-//     fsync for every record written in that window.
-//   - SyncNone: never fsyncs except on Close; the OS decides.
+//   - SyncAlways: after an fsync that covers the record. Concurrent
+//     appenders share an fsync (the flusher starts one as soon as someone
+//     waits, and everyone who wrote meanwhile rides the next one).
+//   - SyncBatch: after the group commit that covers it: the flusher waits
+//     Options.SyncInterval after the first write, then does one fsync for
+//     every record written in that window.
+//   - SyncNone: at once; the spool never fsyncs except on Close, the OS
+//     decides.
+//
+// Append blocks its caller for that wait, so one goroutine gets at most one
+// message per window through it. AppendAsync returns after the write and
+// reports durability through a callback, called exactly once and without
+// spool locks held, by the flusher in ID order after the group commit; so
+// one goroutine can put any number of records into one commit. Close
+// completes every pending callback: its final fsync covers every record
+// written before it, so they get nil (or that fsync's error), never
+// ErrClosed; only an AppendAsync called after Close gets ErrClosed.
 //
 // Every fsync is done by one flusher goroutine, never under the spool's
 // lock: each segment written since the last flush, the directory if a
 // segment was created (so its name survives), then acks.log. If a write or
 // an fsync fails the spool is failed: the waiting and every later Append
-// return the error (a failed fsync may have dropped dirty pages; retrying it
+// return the error, and the pending and later AppendAsyncs report it to
+// their done (a failed fsync may have dropped dirty pages; retrying it
 // would lie).
 //
 // Acks are best effort by design (QoS 1 is at-least-once): they are buffered

@@ -10,7 +10,8 @@ import (
 
 // flushLoop is the group-commit goroutine. It sleeps on s.kick (no timer
 // ticks while idle), holds the batch window open, then flushes: fsync of the
-// active segment, acks to acks.log, and wake-up of the waiting Appends.
+// active segment, acks to acks.log, and completion of the waiting Appends
+// and AppendAsyncs.
 func (s *Spool) flushLoop() {
 	defer s.wg.Done()
 	t := time.NewTimer(time.Hour)
@@ -118,6 +119,18 @@ func (s *Spool) flush(final bool) {
 	if b != nil {
 		b.err = err
 		close(b.done)
+		// Outside the lock: a callback may call back into the spool.
+		for i, c := range b.cbs {
+			c.fn(c.id, err)
+			b.cbs[i] = callback{}
+		}
+		if cap(b.cbs) <= 1<<16 { // reuse the slice, unless a burst made it huge
+			s.mu.Lock()
+			if s.cbsSpare == nil {
+				s.cbsSpare = b.cbs[:0]
+			}
+			s.mu.Unlock()
+		}
 	}
 }
 

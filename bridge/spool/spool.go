@@ -164,6 +164,7 @@ type Spool struct {
 	diskBytes int64
 	pinned    int64         // dead bytes in sealed segments
 	batch     *batch        // waiters for the next flush; nil if none
+	cbsSpare  []callback    // recycled by the flusher for the next batch
 	notify    chan struct{} // closed on append; nil if no Next waits
 	acks      []ackRange    // removals not yet written to acks.log
 	acksSpare []ackRange    // recycled by the flusher
@@ -182,7 +183,14 @@ type Spool struct {
 // batch is one group commit: Appends waiting for the same flush.
 type batch struct {
 	done chan struct{}
-	err  error // set before done is closed
+	err  error      // set before done is closed
+	cbs  []callback // AppendAsync completions, in ID order
+}
+
+// callback is an AppendAsync waiting for a group commit.
+type callback struct {
+	id ID
+	fn func(ID, error)
 }
 
 // Open opens or creates the spool in opts.Dir and recovers its content. It
@@ -333,40 +341,94 @@ func (s *Spool) recover() error {
 // If the spool is full the oldest messages are dropped to make room (see
 // the package documentation); a message whose topic+payload exceeds
 // MaxBytes fails with ErrTooLarge.
+//
+// Append is AppendAsync plus a wait: one goroutine gets at most one
+// message per group commit through it.
 func (s *Spool) Append(ctx context.Context, m Message) (ID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	id, b, err := s.write(&m, nil)
+	if err != nil || b == nil {
+		return id, err
+	}
+	select {
+	case <-b.done:
+		return id, b.err
+	case <-ctx.Done():
+		return id, ctx.Err()
+	}
+}
+
+// AppendAsync stores m like Append but does not wait for the fsync: the
+// record is written (pwrite, under the spool's lock, with the same
+// overflow policy and checks as Append) before AppendAsync returns, so it
+// survives kill -9 from then on, is visible to Next and Peek, and IDs
+// follow the order of the calls. m.Payload is not retained.
+//
+// done is called exactly once, without any spool lock held:
+//
+//   - with the record's ID and nil once it is durable as Options.Sync says:
+//     after the group commit that covers it (SyncBatch, SyncAlways), or at
+//     once after the write (SyncNone);
+//   - with (0, err) if the message was not stored (ErrTooLarge, an invalid
+//     QoS, a write error, a failed spool, or ErrClosed after Close);
+//   - with (id, err) if the record was written but the fsync covering it
+//     failed (the spool is then failed).
+//
+// Close completes every pending done: its final fsync covers every record
+// written before it, so they get nil (or the fsync's error). No done is
+// left pending after Close returns, and none gets ErrClosed for a record
+// that was written.
+//
+// done may run before AppendAsync returns, on the calling goroutine (an
+// immediate failure, SyncNone), or later on the spool's flusher goroutine,
+// which calls the dones of one group commit in ID order. It must be cheap
+// and must not block: the next group commit waits for it. It may call the
+// spool's methods.
+func (s *Spool) AppendAsync(m Message, done func(ID, error)) {
+	id, b, err := s.write(&m, done)
+	if err != nil || b == nil {
+		done(id, err)
+	}
+}
+
+// write validates m, makes room, appends its record to the active segment
+// and, unless the mode is SyncNone, joins the next group commit: it
+// returns that batch, with done (if not nil) registered on it. A nil batch
+// and nil error means the record needs no fsync wait (SyncNone). On error
+// nothing was stored and done is not registered.
+func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 	size := int64(len(m.Topic) + len(m.Payload))
 	switch {
 	case size > s.opts.MaxBytes || size > maxMessageBytes:
-		return 0, fmt.Errorf("%w: %d bytes, max_bytes %d", ErrTooLarge, size, min(s.opts.MaxBytes, maxMessageBytes))
+		return 0, nil, fmt.Errorf("%w: %d bytes, max_bytes %d", ErrTooLarge, size, min(s.opts.MaxBytes, maxMessageBytes))
 	case len(m.Topic) > maxTopicLen:
-		return 0, fmt.Errorf("%w: topic of %d bytes", ErrTooLarge, len(m.Topic))
+		return 0, nil, fmt.Errorf("%w: topic of %d bytes", ErrTooLarge, len(m.Topic))
 	case m.QoS > 2:
-		return 0, fmt.Errorf("spool: invalid qos %d", m.QoS)
+		return 0, nil, fmt.Errorf("spool: invalid qos %d", m.QoS)
 	}
 	recLen := size + recOverhead
 
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return 0, ErrClosed
+		return 0, nil, ErrClosed
 	}
 	if s.failed != nil {
 		err := s.failed
 		s.mu.Unlock()
-		return 0, err
+		return 0, nil, err
 	}
 	s.makeRoomLocked(size)
 	g, err := s.activeLocked(recLen)
 	if err != nil {
 		s.failLocked(fmt.Errorf("spool: new segment: %w", err))
 		s.mu.Unlock()
-		return 0, err
+		return 0, nil, err
 	}
 	id := s.nextID
-	s.wbuf = appendRecord(s.wbuf[:0], id, &m)
+	s.wbuf = appendRecord(s.wbuf[:0], id, m)
 	if _, err := g.f.WriteAt(s.wbuf, g.size); err != nil {
 		// Cut off whatever part was written so the next record does not
 		// land behind garbage.
@@ -374,7 +436,7 @@ func (s *Spool) Append(ctx context.Context, m Message) (ID, error) {
 			s.failLocked(fmt.Errorf("spool: write: %w (truncate: %v)", err, terr))
 		}
 		s.mu.Unlock()
-		return 0, fmt.Errorf("spool: write: %w", err)
+		return 0, nil, fmt.Errorf("spool: write: %w", err)
 	}
 	if cap(s.wbuf) > 1<<20 {
 		s.wbuf = nil // do not pin a huge buffer after a huge message
@@ -392,21 +454,19 @@ func (s *Spool) Append(ctx context.Context, m Message) (ID, error) {
 	}
 	if s.opts.Sync == SyncNone {
 		s.mu.Unlock()
-		return id, nil
+		return id, nil, nil
 	}
 	if s.batch == nil {
-		s.batch = &batch{done: make(chan struct{})}
+		s.batch = &batch{done: make(chan struct{}), cbs: s.cbsSpare}
+		s.cbsSpare = nil
 	}
 	b := s.batch
+	if done != nil {
+		b.cbs = append(b.cbs, callback{id, done})
+	}
 	s.kickFlusher()
 	s.mu.Unlock()
-
-	select {
-	case <-b.done:
-		return id, b.err
-	case <-ctx.Done():
-		return id, ctx.Err()
-	}
+	return id, b, nil
 }
 
 // makeRoomLocked drops the oldest live records until size more bytes fit.

@@ -1,0 +1,120 @@
+package bridge_test
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/bridge"
+)
+
+// pahoClient connects a paho MQTT 3.1.1 client with the given keepalive and
+// ping timeout; lost records why the connection was lost, if it was.
+func pahoClient(t *testing.T, addr, id string, keepalive, pingTimeout time.Duration, lost *atomic.Value) mqtt.Client {
+	t.Helper()
+	o := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+		SetAutoReconnect(false).SetProtocolVersion(4).SetConnectTimeout(5 * time.Second).
+		SetKeepAlive(keepalive).SetPingTimeout(pingTimeout).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { lost.Store(err.Error()) })
+	c := mqtt.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect %s to %s: %v", id, addr, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(50) })
+	return c
+}
+
+// One local publisher pipelining QoS 1 messages is not held to one message
+// per commit window: with the bridge's sink asynchronous, 2000 PUBACKs come
+// back in a few group commits, and all 2000 reach the cloud in order.
+func TestPipelinedPublisherThroughput(t *testing.T) {
+	const n = 2000
+	const interval = 20 * time.Millisecond // the default sync_interval
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	cfg := testConfig(t, "fast", up.url())
+	cfg.SpoolSyncInterval = interval
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/sensors/#", 1)
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+
+	var lost atomic.Value
+	c := pahoClient(t, gw.addr, "pipeliner", 30*time.Second, 10*time.Second, &lost)
+	start := time.Now()
+	toks := make([]mqtt.Token, n)
+	for i := range n {
+		toks[i] = c.Publish("sensors/burst", 1, false, "m"+strconv.Itoa(i))
+	}
+	for i, tok := range toks {
+		if !tok.WaitTimeout(time.Minute) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v (lost: %v)", i, tok.Error(), lost.Load())
+		}
+	}
+	elapsed := time.Since(start)
+	windows := float64(elapsed) / float64(interval)
+	t.Logf("%d PUBACKs in %s = %.1f commit windows of %s", n, elapsed, windows, interval)
+	if limit := float64(n) / 10; windows > limit {
+		t.Fatalf("%d PUBACKs took %.0f commit windows, want < %.0f (one message per window is %d)", n, windows, limit, n)
+	}
+	eventually(t, 30*time.Second, "all messages upstream", func() bool {
+		return countDistinct(upSub.all(), "site-a/sensors/burst") == n
+	})
+	dups := inOrder(t, upSub.all(), "site-a/sensors/burst", "m", n)
+	if st := b.Stats(); st.AcceptFailed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	t.Logf("upstream: %d in order, %d duplicates", n, dups)
+}
+
+// While a publisher's messages wait for a (long) group commit, its
+// connection keeps working: paho, keepalive 1s and ping timeout 1s, sends a
+// PINGREQ once nothing was received for a second, and the PINGRESP must
+// not wait behind the pending publishes, or paho drops the connection with
+// "pingresp not received".
+func TestPingAnsweredWhilePublishesPending(t *testing.T) {
+	const n = 200
+	const interval = 3 * time.Second // far longer than keepalive + ping timeout
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	cfg := testConfig(t, "slowdisk", up.url())
+	cfg.SpoolSyncInterval = interval
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/sensors/#", 1)
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+
+	var lost atomic.Value
+	const keepalive, pingTimeout = time.Second, time.Second
+	c := pahoClient(t, gw.addr, "pinger", keepalive, pingTimeout, &lost)
+	start := time.Now()
+	toks := make([]mqtt.Token, n)
+	for i := range n {
+		toks[i] = c.Publish("sensors/burst", 1, false, "m"+strconv.Itoa(i))
+	}
+	for i, tok := range toks {
+		if !tok.WaitTimeout(time.Minute) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v (connection lost: %v)", i, tok.Error(), lost.Load())
+		}
+	}
+	elapsed := time.Since(start)
+	if v := lost.Load(); v != nil {
+		t.Fatalf("connection lost while publishes were pending: %v", v)
+	}
+	// paho pings once nothing was received for keepalive (checked every
+	// keepalive/4) and gives up pingTimeout later: publishes pending longer
+	// than that prove a PINGRESP came back meanwhile.
+	if min := keepalive + keepalive/4 + pingTimeout; elapsed < min {
+		t.Fatalf("PUBACKs after %s: the test needs them pending for at least %s", elapsed, min)
+	}
+	if !c.IsConnectionOpen() {
+		t.Fatal("client disconnected")
+	}
+	t.Logf("%d PUBACKs after %s (one group commit of %s); connection kept", n, elapsed, interval)
+	eventually(t, 30*time.Second, "all messages upstream", func() bool {
+		return countDistinct(upSub.all(), "site-a/sensors/burst") == n
+	})
+	inOrder(t, upSub.all(), "site-a/sensors/burst", "m", n)
+}
