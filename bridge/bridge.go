@@ -97,7 +97,10 @@ type Bridge struct {
 	log    *slog.Logger
 	origin string
 
-	spool    atomic.Pointer[spool.Spool] // set by Run before the sinks are added
+	spool    atomic.Pointer[spool.Spool] // set by Open before the sinks are added
+	openMu   sync.Mutex                  // serialises Open
+	tmpDir   string                      // spool dir made by Open when none is configured; removed by Run
+	filters  []string                    // local filters registered as sinks by Open
 	lastRead atomic.Int64                // unix nanos of the last byte read from upstream
 	running  atomic.Bool
 
@@ -146,12 +149,15 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 // Name returns the bridge's name.
 func (b *Bridge) Name() string { return b.cfg.Name }
 
-// Run opens the spool, registers the out rules with the gateway, and keeps
-// the uplink connected until ctx ends. It returns after every goroutine it
-// started has ended and the spool is closed.
-func (b *Bridge) Run(ctx context.Context) error {
-	if !b.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("bridge %s: Run called twice", b.cfg.Name)
+// Open opens the spool and registers the out rules with the gateway as
+// sinks, so that no local message accepted after Open returns misses the
+// spool. The caller (cmd/edgegw) opens every bridge before its listeners
+// accept clients; Run opens it if the caller did not.
+func (b *Bridge) Open() error {
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
+	if b.spool.Load() != nil {
+		return nil
 	}
 	dir, mode := b.cfg.SpoolDir, b.c.sync
 	if dir == "" {
@@ -159,7 +165,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("bridge %s: spool dir: %w", b.cfg.Name, err)
 		}
-		defer os.RemoveAll(tmp)
+		b.tmpDir = tmp
 		dir, mode = tmp, spool.SyncNone
 		b.log.Warn("no spool dir: messages bound upstream do not survive a restart")
 	}
@@ -168,23 +174,41 @@ func (b *Bridge) Run(ctx context.Context) error {
 		Logger: b.log,
 	})
 	if err != nil {
+		if b.tmpDir != "" {
+			os.RemoveAll(b.tmpDir)
+		}
 		return fmt.Errorf("bridge %s: open spool: %w", b.cfg.Name, err)
 	}
 	b.spool.Store(sp)
 	b.setState(Disconnected, "", nil)
-
-	var filters []string
 	for _, r := range b.c.out {
 		if err := b.gw.AddSink(b.cfg.Name, r.localFilter, sink{b}); err != nil {
 			b.log.Error("add sink", "topic", r.localFilter, "err", err)
 			continue
 		}
-		filters = append(filters, r.localFilter)
+		b.filters = append(b.filters, r.localFilter)
 	}
+	return nil
+}
+
+// Run opens the bridge if needed and keeps the uplink connected until ctx
+// ends. It returns after every goroutine it started has ended, the sinks
+// are removed and the spool is closed.
+func (b *Bridge) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("bridge %s: Run called twice", b.cfg.Name)
+	}
+	if err := b.Open(); err != nil {
+		return err
+	}
+	if b.tmpDir != "" {
+		defer os.RemoveAll(b.tmpDir)
+	}
+	sp := b.spool.Load()
 
 	b.loop(ctx)
 
-	for _, f := range filters {
+	for _, f := range b.filters {
 		b.gw.RemoveSink(b.cfg.Name, f)
 	}
 	b.setState(Disconnected, "", errors.New("stopped"))

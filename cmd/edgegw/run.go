@@ -112,6 +112,11 @@ func runGateway(ctx context.Context, p runParams) error {
 		if err != nil {
 			return fmt.Errorf("bridge %s: %w", bc.Name, err)
 		}
+		// The spool and its sinks exist before any client can publish, so
+		// no message bound upstream is accepted without being spooled.
+		if err := b.Open(); err != nil {
+			return err
+		}
 		bridges = append(bridges, b)
 	}
 
