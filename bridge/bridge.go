@@ -67,8 +67,9 @@ func (s State) String() string {
 // Stats is a snapshot of a bridge's state and counters.
 type Stats struct {
 	State     State
-	Address   string // upstream address of the current (or last) connection
-	LastError string // why the uplink last went down or failed to come up
+	Since     time.Time // when State last changed
+	Address   string    // upstream address of the current (or last) connection
+	LastError string    // why the uplink last went down or failed to come up
 
 	Connects        uint64 // successful connections (CONNACK + SUBACK)
 	Disconnects     uint64 // connections that ended
@@ -111,6 +112,7 @@ type Bridge struct {
 	published bool
 	addr      string
 	lastErr   string
+	since     time.Time // when state last changed
 
 	connects, disconnects, connectFailures, trips, writeTimeouts atomic.Uint64
 	sent, acked, received, inboundFailed, acceptFailed           atomic.Uint64
@@ -221,7 +223,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 // Stats returns a snapshot of the bridge's state and counters.
 func (b *Bridge) Stats() Stats {
 	b.stateMu.Lock()
-	st := Stats{State: b.state, Address: b.addr, LastError: b.lastErr}
+	st := Stats{State: b.state, Since: b.since, Address: b.addr, LastError: b.lastErr}
 	b.stateMu.Unlock()
 	st.Connects = b.connects.Load()
 	st.Disconnects = b.disconnects.Load()
@@ -263,6 +265,7 @@ func (b *Bridge) setState(s State, addr string, why error) {
 		return
 	}
 	b.state, b.published = s, true
+	b.since = time.Now()
 	if s == Connected {
 		b.log.Info("uplink connected", "address", b.addr)
 	} else if why != nil {

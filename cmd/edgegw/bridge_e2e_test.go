@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,4 +167,51 @@ wait:
 	case <-ctx.Done():
 		t.Fatal("spooled messages did not reach the cloud after restart")
 	}
+}
+
+// TestBinaryHealthzBridgeDown: /healthz turns 503 once a bridge has been
+// down longer than metrics.bridge_down_after, and back to 200 when it
+// connects.
+func TestBinaryHealthzBridgeDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildEdgegw(t)
+	local, cloud, maddr := freePort(t), freePort(t), freePort(t)
+	cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+listeners:
+  - {name: lan, type: tcp, address: "%s"}
+metrics: {address: "%s", bridge_down_after: 1s}
+bridges:
+  - name: cloud
+    addresses: ["tcp://%s"]
+    client_id: edge-health
+    reconnect_min: 100ms
+    reconnect_max: 300ms
+    topics:
+      - {pattern: "sensors/#", direction: out}
+`, local, maddr, cloud)), 0o600)
+	startEdgegw(t, bin, "--config", cfg)
+	health := func() (int, string) {
+		resp, err := http.Get("http://" + maddr + "/healthz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var body string
+	waitFor(t, 15*time.Second, "/healthz 503 naming the bridge", func() bool {
+		code, b := health()
+		body = b
+		return code == 503 && strings.Contains(b, "bridge cloud disconnected")
+	})
+	t.Logf("unhealthy: %s", strings.TrimSpace(body))
+	startMosquitto(t, cloud, t.TempDir())
+	waitFor(t, 15*time.Second, "/healthz 200 after the bridge connects", func() bool {
+		code, _ := health()
+		return code == 200
+	})
 }

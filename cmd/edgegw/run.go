@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -126,7 +125,7 @@ func runGateway(ctx context.Context, p runParams) error {
 			Gateway: gw.Stats,
 			Bridges: func() []metrics.BridgeStatus { return bridgeStatuses(bridges) },
 			Links:   func() []metrics.LinkStatus { return linkStatuses(serials) },
-			Health:  newHealth(bridges, 5*time.Minute),
+			Health:  newHealth(bridges, cfg.Metrics.BridgeDownAfter),
 		}}
 		if err := ms.Listen(); err != nil {
 			return err
@@ -144,9 +143,30 @@ func runGateway(ctx context.Context, p runParams) error {
 	if ms != nil {
 		g.Go(func() error { return ms.Serve(ctx) })
 	}
-	g.Go(func() error {
-		return supervise(ctx, p, gw, files, reloaders, bridges)
-	})
+	sv := supervisor{
+		log:   log,
+		probe: func() bool { return probe(func() { gw.Stats() }, 5*time.Second) },
+		status: func() string {
+			st := gw.Stats()
+			up := 0
+			for _, b := range bridges {
+				if b.Stats().State == bridge.Connected {
+					up++
+				}
+			}
+			return fmt.Sprintf("%d clients connected, %d sessions, %d queued, bridges %d/%d up",
+				st.SessionsConnected, st.SessionsConnected+st.SessionsDisconnected, st.QueuedMessages, up, len(bridges))
+		},
+		reload: func() {
+			reload(p, files)
+			for _, rl := range reloaders {
+				if err := rl.Reload(); err != nil {
+					log.Error("reload: tls certificate; keeping the previous one", "err", err)
+				}
+			}
+		},
+	}
+	g.Go(func() error { return sv.run(ctx) })
 	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges))
 	err := g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -155,14 +175,22 @@ func runGateway(ctx context.Context, p runParams) error {
 	return nil
 }
 
-// supervise talks to systemd (READY, STATUS, WATCHDOG, STOPPING) and handles
-// SIGHUP until ctx is done. Outside systemd the notifications are no-ops.
-func supervise(ctx context.Context, p runParams, gw *gateway.Server, files *auth.Files,
-	reloaders []*listeners.CertReloader, bridges []*bridge.Bridge) error {
-	log := p.log
+// supervisor talks to systemd (READY, STATUS, WATCHDOG, STOPPING) and
+// handles SIGHUP. Outside systemd the notifications are no-ops.
+type supervisor struct {
+	log    *slog.Logger
+	probe  func() bool   // true when the gateway answers
+	status func() string // one-line STATUS=
+	reload func()        // SIGHUP
+}
+
+// run sends READY=1 (the caller has bound every listener and opened every
+// bridge), then pings the watchdog at half its interval while the probe
+// answers, until ctx is done; STOPPING=1 on the way out.
+func (sv supervisor) run(ctx context.Context) error {
 	notify := func(state string) {
 		if _, err := daemon.SdNotify(false, state); err != nil {
-			log.Debug("sd_notify", "err", err)
+			sv.log.Debug("sd_notify", "err", err)
 		}
 	}
 	notify(daemon.SdNotifyReady)
@@ -172,59 +200,45 @@ func supervise(ctx context.Context, p runParams, gw *gateway.Server, files *auth
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	// The watchdog is pinged at half its interval, and only after a probe
-	// of the gateway's locks answers: a wedged broker gets restarted.
+	// A wedged broker gets no ping, so systemd restarts it.
 	var tick <-chan time.Time
 	if iv, err := daemon.SdWatchdogEnabled(false); err == nil && iv > 0 {
 		t := time.NewTicker(iv / 2)
 		defer t.Stop()
 		tick = t.C
 	}
-	status := func() {
-		st := gw.Stats()
-		up := 0
-		for _, b := range bridges {
-			if b.Stats().State == bridge.Connected {
-				up++
-			}
-		}
-		notify(fmt.Sprintf("STATUS=%d clients connected, %d sessions, %d queued, bridges %d/%d up",
-			st.SessionsConnected, st.SessionsConnected+st.SessionsDisconnected, st.QueuedMessages, up, len(bridges)))
-	}
-	status()
+	notify("STATUS=" + sv.status())
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick:
-			if probe(gw, 5*time.Second) {
+			if sv.probe() {
 				notify(daemon.SdNotifyWatchdog)
-				status()
+				notify("STATUS=" + sv.status())
 			} else {
-				log.Error("gateway unresponsive; withholding the watchdog ping")
+				sv.log.Error("gateway unresponsive; withholding the watchdog ping")
 			}
 		case <-hup:
-			reload(p, files)
-			for _, rl := range reloaders {
-				if err := rl.Reload(); err != nil {
-					log.Error("reload: tls certificate; keeping the previous one", "err", err)
-				}
-			}
+			sv.reload()
 		}
 	}
 }
 
-// probe reports whether the gateway's state can be read within d.
-func probe(gw *gateway.Server, d time.Duration) bool {
+// probe reports whether touch (which takes the gateway's locks) returns
+// within d.
+func probe(touch func(), d time.Duration) bool {
 	done := make(chan struct{})
-	go func() { // bounded: returns when Stats returns; a wedged gateway is restarted by systemd
-		gw.Stats()
+	go func() { // ends when touch returns; if it never does, systemd restarts the process
+		touch()
 		close(done)
 	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-done:
 		return true
-	case <-time.After(d):
+	case <-t.C:
 		return false
 	}
 }
@@ -355,25 +369,14 @@ func linkStatuses(serials []*listeners.Serial) []metrics.LinkStatus {
 // longer than grace (an uplink flapping for a few seconds is not unhealthy;
 // one down for minutes is).
 func newHealth(bridges []*bridge.Bridge, grace time.Duration) func() []string {
-	var mu sync.Mutex
-	downSince := make(map[string]time.Time)
 	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
 		var problems []string
-		now := time.Now()
 		for _, b := range bridges {
 			st := b.Stats()
 			if st.State == bridge.Connected {
-				delete(downSince, b.Name())
 				continue
 			}
-			since, ok := downSince[b.Name()]
-			if !ok {
-				downSince[b.Name()] = now
-				continue
-			}
-			if d := now.Sub(since); d > grace {
+			if d := time.Since(st.Since); d > grace {
 				problems = append(problems, fmt.Sprintf("bridge %s disconnected for %s: %s", b.Name(), d.Round(time.Second), st.LastError))
 			}
 		}

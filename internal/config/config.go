@@ -227,6 +227,9 @@ type BridgeTopic struct {
 // Metrics configures the HTTP endpoint serving /metrics and /healthz.
 type Metrics struct {
 	Address string `mapstructure:"address"` // host:port; "" disables
+	// BridgeDownAfter is how long a bridge may stay disconnected before
+	// /healthz reports the gateway unhealthy.
+	BridgeDownAfter time.Duration `mapstructure:"bridge_down_after"`
 }
 
 // Default returns the configuration used when no file is given: a working
@@ -250,7 +253,7 @@ func Default() Config {
 		Sessions:    Sessions{MaxExpiry: 24 * time.Hour},
 		Auth:        Auth{AllowAnonymous: true},
 		Persistence: Persistence{Sync: SyncBatch, SyncInterval: 20 * time.Millisecond},
-		Metrics:     Metrics{Address: "127.0.0.1:9100"},
+		Metrics:     Metrics{Address: "127.0.0.1:9100", BridgeDownAfter: 5 * time.Minute},
 	}
 }
 

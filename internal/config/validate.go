@@ -403,6 +403,9 @@ func checkTopicFilter(f string) error {
 }
 
 func (c Config) validateMetrics(es *Errors) {
+	if c.Metrics.BridgeDownAfter <= 0 {
+		es.add("metrics.bridge_down_after", "must be > 0 (got %s)", c.Metrics.BridgeDownAfter)
+	}
 	if c.Metrics.Address == "" {
 		return
 	}
