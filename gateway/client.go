@@ -19,19 +19,26 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
 )
 
+// Memory: an idle connection costs its reader goroutine's stack, this
+// struct and its session. Everything sized by traffic (read buffer, decode
+// scratch, write buffer, the writer's batch) is pooled and held only while
+// there is input or output; the logger is built per log line (cold paths)
+// rather than kept per connection.
 type client struct {
 	srv      *Server
 	conn     net.Conn
 	listener string
 	certCN   string
-	log      *slog.Logger
 
 	// Set by the reader while handling CONNECT, read-only afterwards (the
 	// writer is first started after that).
@@ -45,8 +52,8 @@ type client struct {
 	aliasMaxOut uint16 // client's v5 topic alias maximum
 
 	// Reader-only.
-	br         *bufio.Reader // pooled; nil while idle between packets
-	pr         prefixReader
+	rs         *rstate // pooled; nil while idle between packets
+	cr         connReader
 	inAliases  map[uint16]string
 	will       *Message
 	willDelay  time.Duration
@@ -55,15 +62,13 @@ type client struct {
 
 	// Writer-only.
 	outAliases map[string]uint16
-	pub        packet.Publish // scratch, reused for every outgoing PUBLISH
-	out        []outgoing
 
 	amu  sync.Mutex // guards acks; taken before wmu, never after
 	acks []*ackSlot // QoS 1/2 acks waiting for a sink's verdict, in PUBLISH order
 
 	wmu     sync.Mutex // guards the fields below
-	ctrl    []packet.Packet
-	spare   []packet.Packet
+	ctrl    []ctrlItem
+	spare   []ctrlItem
 	writing bool // a writer goroutine is running
 	dirty   bool // work was added since the writer last looked
 	ready   bool // CONNACK is queued: publishes may follow
@@ -80,10 +85,29 @@ func newClient(s *Server, conn net.Conn, listener, certCN string) *client {
 		conn:     conn,
 		listener: listener,
 		certCN:   certCN,
-		log:      s.log.With("listener", listener, "remote", conn.RemoteAddr().String()),
 	}
-	c.pr.conn = conn
+	c.cr.conn = conn
+	if sc, ok := conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.cr.raw = raw
+		}
+	}
 	return c
+}
+
+// logf logs one line with the connection's attributes. The child logger is
+// built only when the level is enabled: logging is off the hot path, and a
+// child logger kept per connection cost every idle connection ~0.5 KiB.
+func (c *client) logf(level slog.Level, msg string, args ...any) {
+	l := c.srv.log
+	if !l.Enabled(context.Background(), level) {
+		return
+	}
+	l = l.With("listener", c.listener, "remote", c.conn.RemoteAddr().String())
+	if c.id != "" {
+		l = l.With("client", c.id)
+	}
+	l.Log(context.Background(), level, msg, args...)
 }
 
 func (c *client) setReason(r CloseReason) { c.reason.CompareAndSwap(0, int32(r)) }
@@ -111,15 +135,15 @@ func (c *client) serve(ctx context.Context) error {
 		}
 		c.srv.reg.detach(c, c.sess, will, c.willDelay)
 	}
-	if c.br != nil {
-		putReader(c.br)
-		c.br = nil
+	if c.rs != nil {
+		putRstate(c.rs)
+		c.rs = nil
 	}
 	lvl := slog.LevelInfo
 	if r == CloseClientDisconnect || r == CloseShutdown {
 		lvl = slog.LevelDebug
 	}
-	c.log.Log(context.Background(), lvl, "client closed", "client", c.id, "reason", r.String(), "err", err)
+	c.logf(lvl, "client closed", "reason", r.String(), "err", err)
 	if errors.Is(err, io.EOF) {
 		return nil
 	}
@@ -155,7 +179,7 @@ func (c *client) closeWith(r CloseReason, code packet.ReasonCode) {
 	}
 	c.setReason(r)
 	if c.ready && c.version == packet.V5 && code != 0 { // ready first: version is published by it
-		c.ctrl = append(c.ctrl, &packet.Disconnect{ReasonCode: code})
+		c.ctrl = append(c.ctrl, ctrlItem{p: &packet.Disconnect{ReasonCode: code}})
 		c.closing = true
 		c.startWriterLocked()
 		c.wmu.Unlock()
@@ -175,14 +199,54 @@ func (c *client) kick() {
 	c.wmu.Unlock()
 }
 
+// ctrlItem is one packet on the control lane: either p, or an
+// acknowledgement (PUBACK, PUBREC, PUBREL, PUBCOMP) kept by value so the
+// busiest control packets cost no allocation; the writer encodes those from
+// its pooled scratch.
+type ctrlItem struct {
+	p    packet.Packet
+	ack  packet.Type
+	id   uint16
+	code packet.ReasonCode
+}
+
 // sendCtrl queues a control packet on the lane that is never gated.
-func (c *client) sendCtrl(p packet.Packet) {
+func (c *client) sendCtrl(p packet.Packet) { c.queueCtrl(ctrlItem{p: p}) }
+
+// sendAck queues an acknowledgement of type t for packet id.
+func (c *client) sendAck(t packet.Type, id uint16, code packet.ReasonCode) {
+	c.queueCtrl(ctrlItem{ack: t, id: id, code: code})
+}
+
+func (c *client) queueCtrl(it ctrlItem) {
 	c.wmu.Lock()
 	if !c.closed && !c.closing {
-		c.ctrl = append(c.ctrl, p)
+		c.ctrl = append(c.ctrl, it)
 		c.startWriterLocked()
 	}
 	c.wmu.Unlock()
+}
+
+// appendCtrl encodes one control-lane item. Only the writer calls it.
+func (c *client) appendCtrl(ws *wstate, buf []byte, it *ctrlItem) ([]byte, error) {
+	p := it.p
+	if p == nil {
+		switch it.ack {
+		case packet.PUBACK:
+			ws.puback = packet.Puback{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.puback
+		case packet.PUBREC:
+			ws.pubrec = packet.Pubrec{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.pubrec
+		case packet.PUBREL:
+			ws.pubrel = packet.Pubrel{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.pubrel
+		default:
+			ws.pubcomp = packet.Pubcomp{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.pubcomp
+		}
+	}
+	return packet.Append(buf, p, c.version)
 }
 
 // startWriterLocked marks new work and starts the writer if none runs.
@@ -201,11 +265,11 @@ const maxBatch = 64 << 10
 
 func (c *client) writeLoop() {
 	defer c.wwg.Done()
-	bp := getWriteBuf()
-	buf := (*bp)[:0]
+	ws := getWstate()
+	buf := ws.buf[:0]
 	defer func() {
-		*bp = buf
-		putWriteBuf(bp)
+		ws.buf = buf
+		putWstate(ws)
 	}()
 	for {
 		c.wmu.Lock()
@@ -222,9 +286,9 @@ func (c *client) writeLoop() {
 
 		buf = buf[:0]
 		var err error
-		for _, p := range ctrl {
-			if buf, err = packet.Append(buf, p, c.version); err != nil {
-				c.log.Error("encode control packet", "client", c.id, "err", err)
+		for i := range ctrl {
+			if buf, err = c.appendCtrl(ws, buf, &ctrl[i]); err != nil {
+				c.logf(slog.LevelError, "encode control packet", "err", err)
 			}
 		}
 		clear(ctrl)
@@ -233,11 +297,11 @@ func (c *client) writeLoop() {
 		c.wmu.Unlock()
 
 		if ready && !final && c.sess != nil {
-			c.out = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, c.out[:0])
-			for i := range c.out {
-				buf = c.appendOutgoing(buf, &c.out[i])
+			ws.out = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+			for i := range ws.out {
+				buf = c.appendOutgoing(ws, buf, &ws.out[i])
 			}
-			clear(c.out)
+			clear(ws.out)
 		}
 		if len(buf) > 0 {
 			c.conn.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
@@ -275,13 +339,14 @@ func (c *client) writeLoop() {
 }
 
 // appendOutgoing encodes one session step. Only the writer calls it.
-func (c *client) appendOutgoing(buf []byte, o *outgoing) []byte {
+func (c *client) appendOutgoing(ws *wstate, buf []byte, o *outgoing) []byte {
 	if o.pubrel {
-		b, _ := packet.Append(buf, &packet.Pubrel{PacketID: o.id}, c.version)
+		ws.pubrel = packet.Pubrel{PacketID: o.id}
+		b, _ := packet.Append(buf, &ws.pubrel, c.version)
 		return b
 	}
 	m := o.q.msg
-	p := &c.pub
+	p := &ws.pub
 	*p = packet.Publish{
 		Dup:      o.dup,
 		QoS:      o.q.qos,
@@ -291,7 +356,9 @@ func (c *client) appendOutgoing(buf []byte, o *outgoing) []byte {
 		Payload:  m.Payload,
 	}
 	if c.version == packet.V5 {
-		p.Props = m.Props
+		if m.Props != nil {
+			p.Props = *m.Props
+		}
 		if len(o.q.subIDs) > 0 {
 			p.Props.SubscriptionIDs = o.q.subIDs
 			p.Props.Set(packet.PropSubscriptionID)
@@ -319,7 +386,7 @@ func (c *client) appendOutgoing(buf []byte, o *outgoing) []byte {
 					c.outAliases = make(map[string]uint16)
 				}
 				a := uint16(len(c.outAliases) + 1)
-				c.outAliases[m.Topic] = a
+				c.outAliases[strings.Clone(m.Topic)] = a // the topic may share a payload's memory
 				p.Props.TopicAlias = a
 				p.Props.Set(packet.PropTopicAlias)
 			}
@@ -327,7 +394,7 @@ func (c *client) appendOutgoing(buf []byte, o *outgoing) []byte {
 	}
 	b, err := packet.Append(buf, p, c.version)
 	if err != nil {
-		c.log.Error("encode publish", "client", c.id, "topic", m.Topic, "err", err)
+		c.logf(slog.LevelError, "encode publish", "topic", m.Topic, "err", err)
 		c.dropOutgoing(o)
 		return buf
 	}
@@ -347,49 +414,101 @@ func (c *client) dropOutgoing(o *outgoing) {
 	}
 }
 
-// prefixReader lets an idle connection wait for its next packet with a
-// one-byte read and no pooled buffer; the byte is replayed to the buffered
-// reader taken from the pool once traffic arrives.
-type prefixReader struct {
+// connReader is the source of a connection's pooled bufio.Reader. An idle
+// connection waits for its next packet with a one-byte read and no pooled
+// buffer; that byte is replayed first once traffic arrives. On a plain
+// socket (raw != nil) the reader can also make one non-blocking attempt
+// (try): a busy connection refills its buffer with a single read, and only
+// a connection with nothing waiting pays for the one-byte wait.
+type connReader struct {
 	conn net.Conn
+	raw  syscall.RawConn // nil unless conn is a plain socket
 	b    [1]byte
 	has  bool
+	try  bool // the next read must not wait: errWouldBlock instead
 }
 
-func (p *prefixReader) Read(b []byte) (int, error) {
-	if p.has && len(b) > 0 {
-		b[0] = p.b[0]
-		p.has = false
+// errWouldBlock is what a non-blocking attempt returns when no input waits.
+var errWouldBlock = errors.New("read would block")
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if r.has && len(p) > 0 {
+		p[0] = r.b[0]
+		r.has = false
 		return 1, nil
 	}
-	return p.conn.Read(b)
+	if !r.try || r.raw == nil || len(p) == 0 {
+		return r.conn.Read(p)
+	}
+	var n int
+	var err error
+	if rerr := r.raw.Read(func(fd uintptr) bool {
+		n, err = syscall.Read(int(fd), p)
+		return true // never wait: that is the blocking path's job
+	}); rerr != nil {
+		return 0, rerr
+	}
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EINTR:
+		return 0, errWouldBlock
+	case err != nil:
+		return 0, os.NewSyscallError("read", err)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 const readBufSize = 4 << 10
 
-var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
-
-func getReader(r io.Reader) *bufio.Reader {
-	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(r)
-	return br
+// rstate is what a connection's reader needs only while input flows: the
+// read buffer and the packets decoded in place (about 5.5 KiB together).
+type rstate struct {
+	br *bufio.Reader
+	sc packet.Scratch
 }
 
-func putReader(br *bufio.Reader) {
-	br.Reset(nil)
-	readerPool.Put(br)
+var rstatePool = sync.Pool{New: func() any { return &rstate{br: bufio.NewReaderSize(nil, readBufSize)} }}
+
+func getRstate(r io.Reader) *rstate {
+	rs := rstatePool.Get().(*rstate)
+	rs.br.Reset(r)
+	return rs
 }
 
-var writeBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+func putRstate(rs *rstate) {
+	rs.br.Reset(nil)
+	rs.sc = packet.Scratch{} // drop references to payloads and strings
+	rstatePool.Put(rs)
+}
 
-func getWriteBuf() *[]byte { return writeBufPool.Get().(*[]byte) }
+// wstate is what a connection's writer needs only while it runs: the batch
+// buffer, the outgoing PUBLISH it encodes from and the session steps taken.
+type wstate struct {
+	buf     []byte
+	pub     packet.Publish
+	puback  packet.Puback
+	pubrec  packet.Pubrec
+	pubrel  packet.Pubrel
+	pubcomp packet.Pubcomp
+	out     []outgoing
+}
 
-func putWriteBuf(b *[]byte) {
-	if cap(*b) > 1<<20 {
-		return // let an unusually large batch buffer go
+var wstatePool = sync.Pool{New: func() any { return &wstate{buf: make([]byte, 0, 4<<10)} }}
+
+func getWstate() *wstate { return wstatePool.Get().(*wstate) }
+
+func putWstate(ws *wstate) {
+	ws.pub = packet.Publish{}
+	ws.puback, ws.pubrec, ws.pubrel, ws.pubcomp = packet.Puback{}, packet.Pubrec{}, packet.Pubrel{}, packet.Pubcomp{}
+	if cap(ws.buf) > 1<<20 {
+		ws.buf = make([]byte, 0, 4<<10) // let an unusually large batch buffer go
 	}
-	*b = (*b)[:0]
-	writeBufPool.Put(b)
+	if cap(ws.out) > 4096 {
+		ws.out = nil
+	}
+	ws.buf, ws.out = ws.buf[:0], ws.out[:0]
+	wstatePool.Put(ws)
 }
 
 // newClientID makes an id for a client that sent an empty one.

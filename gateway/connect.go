@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -59,7 +60,6 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 			return c.refuse(packet.ClientIDNotValid, "empty client id") // [MQTT-3.1.3-8]
 		}
 	}
-	c.log = c.log.With("client", c.id)
 
 	// Authentication.
 	c.username = cp.Username
@@ -71,7 +71,7 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	}
 	if o.Authenticator != nil && (cp.UsernameFlag || !o.AllowAnonymous) {
 		if err := o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN); err != nil {
-			c.log.Info("authentication failed", "user", c.username, "err", err)
+			c.logf(slog.LevelInfo, "authentication failed", "user", c.username, "err", err)
 			return c.refuse(packet.BadUsernameOrPassword, err.Error())
 		}
 	}
@@ -144,17 +144,17 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	res := c.srv.reg.attach(c, c.id, cp.CleanStart, expiry)
 	c.sess = res.sess
 	if res.oldConn != nil {
-		c.log.Info("session taken over")
+		c.logf(slog.LevelInfo, "session taken over")
 		res.oldConn.closeWith(CloseTakenOver, packet.SessionTakenOver) // [MQTT-3.1.4-3]
 	}
 	present := res.present && c.version != packet.V31
 	ack := &packet.Connack{SessionPresent: present, Props: ackProps}
 	c.wmu.Lock()
-	c.ctrl = append(c.ctrl, ack)
+	c.ctrl = append(c.ctrl, ctrlItem{p: ack})
 	c.ready = true // publishes may follow CONNACK now
 	c.startWriterLocked()
 	c.wmu.Unlock()
-	c.log.Debug("client connected", "version", int(c.version), "clean", cp.CleanStart, "present", present, "keepalive", c.keepAlive)
+	c.logf(slog.LevelDebug, "client connected", "version", int(c.version), "clean", cp.CleanStart, "present", present, "keepalive", c.keepAlive)
 	return nil
 }
 
@@ -175,7 +175,7 @@ func (c *client) handlePublish(p *packet.Publish) error {
 			if c.inAliases == nil {
 				c.inAliases = make(map[uint16]string)
 			}
-			c.inAliases[a] = p.Topic
+			c.inAliases[a] = strings.Clone(p.Topic) // p.Topic shares the payload's memory
 		}
 	}
 	if p.Topic == "" {
@@ -188,7 +188,7 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		}
 	}
 	if az := o.Authorizer; az != nil && !az.CanPublish(c.username, c.id, p.Topic) {
-		c.log.Debug("publish not authorized", "topic", p.Topic)
+		c.logf(slog.LevelDebug, "publish not authorized", "topic", p.Topic)
 		return c.ack(p, packet.NotAuthorized)
 	}
 	m := &Message{
@@ -300,9 +300,9 @@ func (c *client) ackID(qos byte, id uint16, code packet.ReasonCode) {
 	}
 	switch qos {
 	case 1:
-		c.sendCtrl(&packet.Puback{PacketID: id, ReasonCode: code})
+		c.sendAck(packet.PUBACK, id, code)
 	case 2:
-		c.sendCtrl(&packet.Pubrec{PacketID: id, ReasonCode: code})
+		c.sendAck(packet.PUBREC, id, code)
 	}
 }
 
@@ -311,7 +311,7 @@ func (c *client) ackID(qos byte, id uint16, code packet.ReasonCode) {
 // disconnected without an ack so it sends the message again later — never
 // acknowledge what was not kept.
 func (c *client) notKept(qos byte, id uint16, topic string, err error) error {
-	c.log.Warn("message not stored", "topic", topic, "err", err)
+	c.logf(slog.LevelWarn, "message not stored", "topic", topic, "err", err)
 	if qos == 2 {
 		c.sess.forgetQoS2(c, id) // the client will send it again
 	}
@@ -402,8 +402,7 @@ func (s *session) subscribe(c *client, filter, inner string, sub subscription) (
 	if s.conn != c || s.destroyed {
 		return false, false
 	}
-	_, existed = s.subs[filter]
-	s.subs[filter] = sub
+	existed = s.subs.set(filter, sub.group)
 	if !existed && isSys(filter) {
 		s.srv.sysSubs.Add(1)
 	}
@@ -417,13 +416,12 @@ func (s *session) unsubscribe(c *client, filter string) (found, owner bool) {
 	if s.conn != c || s.destroyed {
 		return false, false
 	}
-	sub, found := s.subs[filter]
+	group, found := s.subs.remove(filter)
 	if found {
-		delete(s.subs, filter)
 		if isSys(filter) {
 			s.srv.sysSubs.Add(-1)
 		}
-		s.srv.subs.Remove(treeFilter(filter), treeKey(s.id, sub.group))
+		s.srv.subs.Remove(treeFilter(filter), treeKey(s.id, group))
 	}
 	return found, true
 }

@@ -19,8 +19,9 @@ type Message struct {
 	// Props carries the v5 properties that pass through the broker unchanged:
 	// payload format, content type, response topic, correlation data and user
 	// properties. Per-hop properties (topic alias, subscription identifiers,
-	// message expiry) are never stored here.
-	Props packet.Properties
+	// message expiry) are never stored here. nil when there are none (every
+	// 3.1.1 message): the struct is large and most messages carry nothing.
+	Props *packet.Properties
 
 	// Expiry is when the message stops being deliverable (v5 message expiry
 	// interval); zero means never.
@@ -41,12 +42,15 @@ func (m *Message) expired(now time.Time) bool {
 	return !m.Expiry.IsZero() && !now.Before(m.Expiry)
 }
 
-// passThrough keeps only the v5 properties a broker forwards unchanged.
-func passThrough(in *packet.Properties) packet.Properties {
-	var out packet.Properties
-	if in.Present == 0 && len(in.UserProperties) == 0 {
-		return out
+// passThrough keeps only the v5 properties a broker forwards unchanged; nil
+// when there are none.
+func passThrough(in *packet.Properties) *packet.Properties {
+	const kept = 1<<packet.PropPayloadFormat | 1<<packet.PropContentType |
+		1<<packet.PropResponseTopic | 1<<packet.PropCorrelationData
+	if in.Present&kept == 0 && len(in.UserProperties) == 0 {
+		return nil
 	}
+	out := new(packet.Properties)
 	for _, id := range []packet.PropID{packet.PropPayloadFormat, packet.PropContentType,
 		packet.PropResponseTopic, packet.PropCorrelationData} {
 		if in.Has(id) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"time"
 
@@ -17,17 +18,18 @@ func (c *client) readLoop() error {
 	max := c.srv.opts.MaxPacketSize
 	// [MQTT-3.1.0-1] the first packet must be CONNECT, within connect_timeout.
 	c.conn.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
-	c.br = getReader(c.conn)
+	c.rs = getRstate(&c.cr)
+	br := c.rs.br
 	// Peek only what has arrived: a short non-CONNECT packet must be
 	// refused at once, not after connect_timeout.
-	if _, err := c.br.Peek(1); err == nil {
-		if head, _ := c.br.Peek(min(4, c.br.Buffered())); looksLikeHTTP(head) {
+	if _, err := br.Peek(1); err == nil {
+		if head, _ := br.Peek(min(4, br.Buffered())); looksLikeHTTP(head) {
 			c.setReason(CloseProtocolError)
-			c.log.Warn("http request on an mqtt port; use a websocket listener", "reason", CloseProtocolError.String())
+			c.logf(slog.LevelWarn, "http request on an mqtt port; use a websocket listener", "reason", CloseProtocolError.String())
 			return errors.New("http request on mqtt port")
 		}
 	}
-	pk, err := packet.Decode(c.br, 0, max)
+	pk, err := packet.Decode(br, 0, max)
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -51,20 +53,12 @@ func (c *client) readLoop() error {
 	}
 
 	for {
-		if c.br.Buffered() == 0 {
-			// Idle: give the buffer back and wait with a one-byte read.
-			putReader(c.br)
-			c.br = nil
-			c.setReadDeadline()
-			if _, err := io.ReadFull(c.conn, c.pr.b[:]); err != nil {
+		if c.rs.br.Buffered() == 0 {
+			if err := c.refill(); err != nil {
 				return c.readFailed(err)
 			}
-			c.pr.has = true
-			c.br = getReader(&c.pr)
-		} else {
-			c.setReadDeadline()
 		}
-		pk, err := packet.Decode(c.br, c.version, max)
+		pk, err := c.decodeNext(max)
 		if err != nil {
 			return c.readFailed(err)
 		}
@@ -72,6 +66,55 @@ func (c *client) readLoop() error {
 			return err
 		}
 	}
+}
+
+// decodeNext decodes the next packet from the read buffer. A PUBLISH or an
+// ack is decoded into the pooled scratch: valid until the next call.
+func (c *client) decodeNext(max int) (packet.Packet, error) {
+	return packet.DecodeInto(c.rs.br, c.version, max, &c.rs.sc)
+}
+
+// refill is called when the read buffer is empty. A busy connection refills
+// it with one non-blocking read; a connection with nothing waiting gives the
+// buffer back and waits for its next packet with a one-byte read (idle
+// connections hold no pooled memory). Every path that may wait sets the
+// keepalive deadline first: a packet split across reads is bounded by it too.
+func (c *client) refill() error {
+	c.setReadDeadline()
+	if c.cr.raw != nil {
+		c.cr.try = true
+		_, err := c.rs.br.Peek(1)
+		c.cr.try = false
+		if err == nil {
+			return nil
+		}
+		if err != errWouldBlock {
+			return err
+		}
+	}
+	putRstate(c.rs)
+	c.rs = nil
+	return c.waitIdle()
+}
+
+// waitIdle blocks until the next byte arrives, on a shallow stack and with
+// no buffer, then takes a read buffer from the pool. Kept small and out of
+// line so an idle reader's stack can shrink.
+//
+//go:noinline
+func (c *client) waitIdle() error {
+	for {
+		n, err := c.conn.Read(c.cr.b[:])
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			break
+		}
+	}
+	c.cr.has = true
+	c.rs = getRstate(&c.cr)
+	return nil
 }
 
 func looksLikeHTTP(b []byte) bool {
@@ -98,7 +141,7 @@ func (c *client) readFailed(err error) error {
 	var pe *packet.Error
 	switch {
 	case errors.As(err, &pe):
-		c.log.Info("protocol error", "client", c.id, "err", err)
+		c.logf(slog.LevelInfo, "protocol error", "err", err)
 		c.closeWith(CloseProtocolError, pe.Code)
 		return err
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
@@ -114,7 +157,7 @@ func (c *client) readFailed(err error) error {
 // protocolError ends the connection for a violation found while handling.
 func (c *client) protocolError(code packet.ReasonCode, format string, args ...any) error {
 	err := packet.Errorf(code, format, args...)
-	c.log.Info("protocol error", "client", c.id, "err", err)
+	c.logf(slog.LevelInfo, "protocol error", "err", err)
 	c.closeWith(CloseProtocolError, code)
 	return err
 }
@@ -140,21 +183,21 @@ func (c *client) handle(pk packet.Packet) error {
 	case *packet.Pubrec:
 		sendRel, found := c.sess.ackPubrec(c, p.PacketID, p.ReasonCode)
 		if sendRel {
-			rel := &packet.Pubrel{PacketID: p.PacketID}
+			code := packet.Success
 			if !found && c.version == packet.V5 {
-				rel.ReasonCode = packet.PacketIDNotFound
+				code = packet.PacketIDNotFound
 			}
-			c.sendCtrl(rel)
+			c.sendAck(packet.PUBREL, p.PacketID, code)
 		} else if found {
 			c.kick()
 		}
 	case *packet.Pubrel:
 		found := c.sess.forgetQoS2(c, p.PacketID)
-		comp := &packet.Pubcomp{PacketID: p.PacketID}
+		code := packet.Success
 		if !found && c.version == packet.V5 {
-			comp.ReasonCode = packet.PacketIDNotFound
+			code = packet.PacketIDNotFound
 		}
-		c.sendCtrl(comp)
+		c.sendAck(packet.PUBCOMP, p.PacketID, code)
 	case *packet.Pubcomp:
 		if c.sess.ackPubcomp(c, p.PacketID) {
 			c.kick()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,8 @@ type target struct {
 
 type routing struct {
 	targets []target
-	index   map[*session]int          // target index by session, once targets is large
+	indexed bool                      // index is in use (targets is large)
+	index   map[*session]int          // target index by session; kept, cleared, across uses
 	shared  map[string][]subscription // group+"\x00"+filter -> members
 }
 
@@ -47,7 +49,7 @@ var routingPool = sync.Pool{New: func() any { return new(routing) }}
 
 func (r *routing) add(sub subscription) {
 	idx := -1
-	if r.index != nil {
+	if r.indexed {
 		if i, ok := r.index[sub.sess]; ok {
 			idx = i
 		}
@@ -76,10 +78,13 @@ func (r *routing) add(sub subscription) {
 	}
 	r.targets = append(r.targets, t)
 	switch {
-	case r.index != nil:
+	case r.indexed:
 		r.index[sub.sess] = len(r.targets) - 1
 	case len(r.targets) > linearLimit:
-		r.index = make(map[*session]int, 2*len(r.targets))
+		if r.index == nil {
+			r.index = make(map[*session]int, 2*len(r.targets))
+		}
+		r.indexed = true
 		for i := range r.targets {
 			r.index[r.targets[i].sess] = i
 		}
@@ -89,7 +94,13 @@ func (r *routing) add(sub subscription) {
 func (r *routing) reset() {
 	clear(r.targets)
 	r.targets = r.targets[:0]
-	r.index = nil
+	if r.indexed {
+		clear(r.index)
+		r.indexed = false
+	}
+	if cap(r.targets) > 4096 {
+		r.targets, r.index = nil, nil // a huge fan-out's buffers are not kept
+	}
 	for k := range r.shared {
 		delete(r.shared, k)
 	}
@@ -134,13 +145,30 @@ func (s *Server) routeKept(m *Message, onKept func(error)) (pending bool, err er
 	for k, members := range r.shared {
 		r.add(s.pickShared(k, members))
 	}
-	now := time.Now()
+	var now time.Time // only a message with an expiry needs the clock
+	if !m.Expiry.IsZero() {
+		now = time.Now()
+	}
+	congested := false
 	for _, t := range r.targets {
 		qos := min(m.QoS, t.qos)
-		t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now)
+		if t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now) {
+			congested = true
+		}
 	}
 	r.reset()
 	routingPool.Put(r)
+	if congested {
+		// A receiving session's queue is filling up: its writer is behind.
+		// Yield this processor once so the writer gets to run instead of
+		// this publisher's reader decoding more messages that would only be
+		// dropped. It does not wait for the subscriber (delivery never
+		// blocks a publisher): with nothing else runnable it returns at
+		// once. Without it, 20 busy publisher readers kept the one
+		// subscriber's writer off the CPU for whole scheduler slices and
+		// fan-in at QoS 0 dropped 76% of what it accepted.
+		runtime.Gosched()
+	}
 	return pending, sinkErr
 }
 

@@ -32,7 +32,9 @@ type session struct {
 	expiryTimer *time.Timer
 	destroyed   bool
 
-	subs map[string]subscription // by filter as subscribed ($share/... included)
+	// The maps are made on first use: most sessions of a gateway's sensors
+	// never have anything in flight or an inbound QoS 2 message.
+	subs subList // by filter as subscribed ($share/... included)
 
 	queue       deque
 	queuedBytes int64 // queue and in-flight payload bytes charged to this session
@@ -63,13 +65,7 @@ type outgoing struct {
 }
 
 func newSession(srv *Server, id string) *session {
-	return &session{
-		srv:         srv,
-		id:          id,
-		subs:        make(map[string]subscription),
-		inflight:    make(map[uint16]*outflight),
-		inboundQoS2: make(map[uint16]struct{}),
-	}
+	return &session{srv: srv, id: id}
 }
 
 // charge adds n bytes to the session's and the server's queued bytes.
@@ -80,11 +76,13 @@ func (s *session) charge(n int64) {
 }
 
 // deliver queues m for this session. It never blocks on the client and
-// never does I/O; at most it wakes the connection's writer.
-func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time) {
+// never does I/O; at most it wakes the connection's writer. It reports
+// congestion: the queue is at least half full, or a message was dropped
+// for lack of room (the caller may yield, see Server.routeKept).
+func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time) (congested bool) {
 	if m.expired(now) {
 		s.srv.stats.drop(dropExpired)
-		return
+		return false
 	}
 	sz := m.size()
 	o := &s.srv.opts
@@ -92,7 +90,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	if s.destroyed || (s.conn == nil && qos == 0) {
 		// QoS 0 is not kept for a disconnected client [MQTT-3.1.2-5 allows it].
 		s.mu.Unlock()
-		return
+		return false
 	}
 	// Overflow policy: make room by dropping this session's QoS 0 messages
 	// first, then its oldest; a QoS 0 message never displaces a QoS 1/2 one.
@@ -118,9 +116,10 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 			s.srv.stats.drop(reason)
 			continue
 		}
+		congested = s.writerBehind()
 		s.mu.Unlock()
 		s.srv.stats.drop(reason) // the new message itself
-		return
+		return congested
 	}
 	if subIDs != nil {
 		subIDs = append([]uint32(nil), subIDs...) // the routing buffer is reused
@@ -128,10 +127,21 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	s.queue.push(queued{msg: m, qos: qos, retain: retain, subIDs: subIDs})
 	s.charge(sz)
 	c := s.conn
+	congested = (2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes) && s.writerBehind()
 	s.mu.Unlock()
 	if c != nil {
 		c.kick()
 	}
+	return congested
+}
+
+// writerBehind reports whether the connection's writer could send queued
+// messages right now but has not yet: the queue holds QoS 0 messages or the
+// in-flight window is open. A queue that waits only for the client's
+// acknowledgements is not helped by giving the writer CPU. Caller holds s.mu.
+func (s *session) writerBehind() bool {
+	c := s.conn
+	return c != nil && (s.queue.qos0 > 0 || len(s.inflight) < c.window)
 }
 
 // takeSendable moves what may be sent now onto out: in-flight messages to
@@ -184,6 +194,9 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			continue
 		}
 		id := s.allocID()
+		if s.inflight == nil {
+			s.inflight = make(map[uint16]*outflight)
+		}
 		s.inflight[id] = &outflight{q: q}
 		s.order = append(s.order, id)
 		out = append(out, outgoing{q: q, id: id})
@@ -291,6 +304,9 @@ func (s *session) receiveQoS2(c *client, id uint16) (fresh bool, owner bool) {
 	if _, dup := s.inboundQoS2[id]; dup {
 		return false, true
 	}
+	if s.inboundQoS2 == nil {
+		s.inboundQoS2 = make(map[uint16]struct{})
+	}
 	s.inboundQoS2[id] = struct{}{}
 	return true, true
 }
@@ -320,13 +336,13 @@ func (s *session) release() {
 	}
 	s.order = nil
 	clear(s.inboundQoS2)
-	for filter, sub := range s.subs {
-		if isSys(filter) {
+	for _, it := range s.subs.items {
+		if isSys(it.filter) {
 			s.srv.sysSubs.Add(-1)
 		}
-		s.srv.subs.Remove(treeFilter(filter), treeKey(s.id, sub.group))
+		s.srv.subs.Remove(treeFilter(it.filter), treeKey(s.id, it.group))
 	}
-	clear(s.subs)
+	s.subs = subList{}
 	if s.expiryTimer != nil {
 		s.expiryTimer.Stop()
 		s.expiryTimer = nil
@@ -351,4 +367,75 @@ func treeFilter(filter string) string {
 		return f
 	}
 	return filter
+}
+
+// subList is a session's subscriptions: each filter as subscribed with its
+// shared-subscription group (the options live in the topic tree). A slice:
+// most sessions hold a handful, and a one-entry map cost ~0.4 KiB per idle
+// session; an index is added once the list is long. Caller holds s.mu.
+type subList struct {
+	items []subItem
+	index map[string]int // filter -> position; nil while short
+}
+
+type subItem struct{ filter, group string }
+
+const subIndexMin = 16
+
+func (l *subList) find(filter string) int {
+	if l.index != nil {
+		if i, ok := l.index[filter]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range l.items {
+		if l.items[i].filter == filter {
+			return i
+		}
+	}
+	return -1
+}
+
+// set adds or replaces filter's entry and reports whether it existed.
+func (l *subList) set(filter, group string) (existed bool) {
+	if i := l.find(filter); i >= 0 {
+		l.items[i].group = group
+		return true
+	}
+	l.items = append(l.items, subItem{filter, group})
+	if l.index != nil {
+		l.index[filter] = len(l.items) - 1
+	} else if len(l.items) > subIndexMin {
+		l.index = make(map[string]int, len(l.items))
+		for i, it := range l.items {
+			l.index[it.filter] = i
+		}
+	}
+	return false
+}
+
+// remove deletes filter's entry and returns its group.
+func (l *subList) remove(filter string) (group string, found bool) {
+	i := l.find(filter)
+	if i < 0 {
+		return "", false
+	}
+	group = l.items[i].group
+	last := len(l.items) - 1
+	if l.index != nil {
+		delete(l.index, filter)
+	}
+	if i != last {
+		l.items[i] = l.items[last]
+		if l.index != nil {
+			l.index[l.items[i].filter] = i
+		}
+	}
+	l.items[last] = subItem{}
+	l.items = l.items[:last]
+	if len(l.items) == 0 {
+		l.items, l.index = nil, nil
+	}
+	return group, true
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unsafe"
 )
 
 const (
@@ -70,6 +71,87 @@ func Decode(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
 	body := make([]byte, remaining)
 	if _, err := io.ReadFull(r, body); err != nil {
 		return nil, unexpected(err)
+	}
+	return decodeBody(first, body, v)
+}
+
+// Scratch holds the packets [DecodeInto] reuses: one value per type a
+// connection receives many of. Its size (about 1.5 KiB) makes it something
+// to pool with the connection's read buffer, not to keep per idle connection.
+type Scratch struct {
+	Publish Publish
+	Puback  Puback
+	Pubrec  Pubrec
+	Pubrel  Pubrel
+	Pubcomp Pubcomp
+}
+
+// DecodeInto is [Decode] for a connection's hot path. It applies the same
+// rules and returns the same errors, but a PUBLISH, PUBACK, PUBREC, PUBREL
+// or PUBCOMP is decoded into the matching field of s, which is overwritten
+// and returned instead of a new allocation: the packet is valid until the
+// next call with the same s. A PUBLISH still gets a body of its own, and its
+// Topic shares that body's memory with its Payload (one allocation for both;
+// the body is never written after decoding, so the string stays immutable
+// and the Payload may be kept after s is reused). The acknowledgements are
+// decoded from the reader's buffer without copying when it holds them.
+// s == nil makes it Decode.
+func DecodeInto(r *bufio.Reader, v Version, maxSize int, s *Scratch) (Packet, error) {
+	if s == nil {
+		return Decode(r, v, maxSize)
+	}
+	first, err := r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkHeader(first, v); err != nil {
+		return nil, err
+	}
+	remaining, lenBytes := 0, 0
+	for mult := 1; ; mult <<= 7 {
+		c, err := r.ReadByte()
+		if err != nil {
+			return nil, unexpected(err)
+		}
+		lenBytes++
+		remaining += int(c&0x7f) * mult
+		if c&0x80 == 0 {
+			break
+		}
+		if lenBytes == 4 {
+			return nil, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // [MQTT-1.5.5] v5, 2.2.3 3.1.1
+		}
+	}
+	if err := checkSize(1+lenBytes+remaining, maxSize); err != nil {
+		return nil, err
+	}
+	t := Type(first >> 4)
+	switch t {
+	case PUBACK, PUBREC, PUBREL, PUBCOMP:
+		if remaining <= r.Buffered() {
+			// Parsed in place: an ack keeps no byte slice of its body
+			// (its properties are strings, which are copied).
+			body, _ := r.Peek(remaining)
+			d := decoder{b: body}
+			p, err := d.ackInto(t, v, s)
+			r.Discard(remaining)
+			return p, err
+		}
+	}
+	body := make([]byte, remaining)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, unexpected(err)
+	}
+	d := decoder{b: body}
+	switch t {
+	case PUBLISH:
+		s.Publish = Publish{}
+		if err := d.publishInto(&s.Publish, first&0x0f, v, true); err != nil {
+			return nil, err
+		}
+		return &s.Publish, nil
+	case PUBACK, PUBREC, PUBREL, PUBCOMP:
+		return d.ackInto(t, v, s)
 	}
 	return decodeBody(first, body, v)
 }
@@ -344,9 +426,9 @@ func decodeBody(first byte, body []byte, v Version) (Packet, error) {
 			return nil, Errorf(MalformedPacket, "%s with a remaining length of %d", t, len(body)) // 3.12.1, 3.13.1
 		}
 		if t == PINGREQ {
-			return &Pingreq{}, nil
+			return pingreq, nil
 		}
-		return &Pingresp{}, nil
+		return pingresp, nil
 	case DISCONNECT:
 		return d.disconnectOrAuth(t, v)
 	case AUTH:
@@ -354,6 +436,12 @@ func decodeBody(first byte, body []byte, v Version) (Packet, error) {
 	}
 	return nil, Errorf(MalformedPacket, "reserved packet type %d", t)
 }
+
+// PINGREQ and PINGRESP carry nothing: every decode returns the same value.
+var (
+	pingreq  = &Pingreq{}
+	pingresp = &Pingresp{}
+)
 
 func (d *decoder) connect() (Packet, error) {
 	name, err := d.str()
@@ -487,36 +575,57 @@ func (d *decoder) connack(v Version) (Packet, error) {
 }
 
 func (d *decoder) publish(flags byte, v Version) (Packet, error) {
-	p := &Publish{
-		Dup:    flags&0x08 != 0,
-		QoS:    flags >> 1 & 0x03,
-		Retain: flags&0x01 != 0,
-	}
-	var err error
-	if p.Topic, err = d.str(); err != nil {
+	p := &Publish{}
+	if err := d.publishInto(p, flags, v, false); err != nil {
 		return nil, err
+	}
+	return p, nil
+}
+
+// publishInto decodes a PUBLISH body into p (a zero value). With
+// aliasTopic the topic string shares the body's memory instead of being
+// copied; the caller guarantees the body is never written afterwards.
+func (d *decoder) publishInto(p *Publish, flags byte, v Version, aliasTopic bool) error {
+	p.Dup = flags&0x08 != 0
+	p.QoS = flags >> 1 & 0x03
+	p.Retain = flags&0x01 != 0
+	var err error
+	if aliasTopic {
+		var b []byte
+		if b, err = d.raw(); err != nil {
+			return err
+		}
+		if !validString(b) {
+			// [MQTT-1.5.3-1], [MQTT-1.5.3-2] 3.1.1; [MQTT-1.5.4-1], [MQTT-1.5.4-2] v5
+			return Errorf(MalformedPacket, "string is not well-formed UTF-8 or contains U+0000")
+		}
+		if len(b) > 0 {
+			p.Topic = unsafe.String(&b[0], len(b))
+		}
+	} else if p.Topic, err = d.str(); err != nil {
+		return err
 	}
 	if p.QoS > 0 {
 		if p.PacketID, err = d.packetID(); err != nil { // [MQTT-2.3.1-1] 3.1.1, [MQTT-2.2.1-3] v5
-			return nil, err
+			return err
 		}
 	}
 	if v == V5 {
 		if err := d.decodeProps(&p.Props, PUBLISH); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// v5 3.3.2.1: an empty topic is allowed when a Topic Alias is present.
 	if p.Topic != "" || !p.Props.Has(PropTopicAlias) {
 		if err := ValidTopicName(p.Topic); err != nil {
-			return nil, err // [MQTT-3.3.2-2] wildcards, [MQTT-4.7.3-1] empty (3.1.1 and v5)
+			return err // [MQTT-3.3.2-2] wildcards, [MQTT-4.7.3-1] empty (3.1.1 and v5)
 		}
 	}
 	if d.rest() > 0 {
 		p.Payload = d.b[d.off:len(d.b):len(d.b)]
 		d.off = len(d.b)
 	}
-	return p, nil
+	return nil
 }
 
 // ackCodes are the v5 reason codes of PUBACK/PUBREC and PUBREL/PUBCOMP,
@@ -527,6 +636,12 @@ var (
 )
 
 func (d *decoder) ack(t Type, v Version) (Packet, error) {
+	return d.ackInto(t, v, nil)
+}
+
+// ackInto decodes PUBACK, PUBREC, PUBREL or PUBCOMP into the matching field
+// of s, or into a new packet when s is nil.
+func (d *decoder) ackInto(t Type, v Version, s *Scratch) (Packet, error) {
 	id, err := d.packetID()
 	if err != nil {
 		return nil, err
@@ -554,6 +669,22 @@ func (d *decoder) ack(t Type, v Version) (Packet, error) {
 	}
 	if err := d.end(t); err != nil {
 		return nil, err
+	}
+	if s != nil {
+		switch t {
+		case PUBACK:
+			s.Puback = Puback{PacketID: id, ReasonCode: code, Props: props}
+			return &s.Puback, nil
+		case PUBREC:
+			s.Pubrec = Pubrec{PacketID: id, ReasonCode: code, Props: props}
+			return &s.Pubrec, nil
+		case PUBREL:
+			s.Pubrel = Pubrel{PacketID: id, ReasonCode: code, Props: props}
+			return &s.Pubrel, nil
+		default:
+			s.Pubcomp = Pubcomp{PacketID: id, ReasonCode: code, Props: props}
+			return &s.Pubcomp, nil
+		}
 	}
 	switch t {
 	case PUBACK:

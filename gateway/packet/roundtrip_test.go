@@ -14,6 +14,7 @@ import (
 
 // TestRoundTrip: decode(encode(p)) == p for every packet type at every level.
 func TestRoundTrip(t *testing.T) {
+	dirty := new(packet.Scratch)
 	for _, v := range levels {
 		for _, typ := range typesFor(v) {
 			t.Run(v.String()+"/"+typ.String(), func(t *testing.T) {
@@ -40,6 +41,18 @@ func TestRoundTrip(t *testing.T) {
 					got2, n, err := packet.DecodeBytes(b, dv, 0)
 					if err != nil || n != len(b) || !reflect.DeepEqual(got2, p) {
 						rt.Fatalf("DecodeBytes = %#v, %d, %v", got2, n, err)
+					}
+					// DecodeInto, with the packet split across reads and
+					// whole in the buffer, and a scratch left dirty by the
+					// previous packet.
+					for _, r := range []*bufio.Reader{
+						bufio.NewReader(iotest.HalfReader(bytes.NewReader(b))),
+						bufio.NewReaderSize(bytes.NewReader(b), len(b)+16),
+					} {
+						got3, err := packet.DecodeInto(r, dv, len(b), dirty)
+						if err != nil || !reflect.DeepEqual(got3, p) {
+							rt.Fatalf("DecodeInto = %#v, %v\nwant %#v", got3, err, p)
+						}
 					}
 				})
 			})
