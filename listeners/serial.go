@@ -128,17 +128,26 @@ func (s *Serial) Serve(ctx context.Context, establish EstablishFunc) error {
 
 // serveLink serves logical connections one after the other on an open port.
 func (s *Serial) serveLink(ctx context.Context, fc *framing.Conn, establish EstablishFunc) error {
-	var first []byte // a CONNECT already read, replayed to the next connection
+	var buf []byte // framed: one whole packet, see logicalConn.Read
+	if s.Framing == framing.ModeCOBSCRC16 {
+		// A frame of MaxFrame encoded bytes decodes to fewer bytes, so any
+		// packet fits and framing.Conn returns it in one Read.
+		maxFrame := s.MaxFrame
+		if maxFrame <= 0 {
+			maxFrame = framing.DefaultMaxFrame
+		}
+		buf = make([]byte, max(maxFrame, framing.MinMaxFrame))
+	}
 	for ctx.Err() == nil {
-		if first == nil && s.Framing == framing.ModeCOBSCRC16 {
-			pkt, err := s.awaitConnect(fc)
+		var first []byte // the CONNECT, replayed to the next connection
+		if buf != nil {
+			pkt, err := s.awaitConnect(fc, buf)
 			if err != nil {
 				return err
 			}
 			first = pkt
 		}
-		lc := &logicalConn{fc: fc, prefix: first}
-		first = nil
+		lc := &logicalConn{fc: fc, buf: buf, rest: first}
 		s.logical.Add(1)
 		err := establish(ctx, lc, s.Name, "")
 		if lc.portErr != nil {
@@ -159,11 +168,11 @@ func (s *Serial) serveLink(ctx context.Context, fc *framing.Conn, establish Esta
 }
 
 // awaitConnect reads packets until a CONNECT, dropping (and counting) the
-// others. framing.Conn returns at most one packet per Read when the buffer
-// can hold it, which is what makes this a packet-level filter.
-func (s *Serial) awaitConnect(fc *framing.Conn) ([]byte, error) {
+// others, and returns it in buf. framing.Conn returns at most one packet per
+// Read, all of it as buf can hold any packet, which is what makes this a
+// packet-level filter.
+func (s *Serial) awaitConnect(fc *framing.Conn, buf []byte) ([]byte, error) {
 	fc.SetReadDeadline(time.Time{})
-	buf := make([]byte, framing.MaxPacketLen(max(s.MaxFrame, framing.MinMaxFrame, framing.DefaultMaxFrame)))
 	for {
 		n, err := fc.Read(buf)
 		if errors.Is(err, framing.ErrNewConnect) {
@@ -173,7 +182,7 @@ func (s *Serial) awaitConnect(fc *framing.Conn) ([]byte, error) {
 			return nil, err
 		}
 		if n > 0 && buf[0]>>4 == 1 {
-			return append([]byte(nil), buf[:n]...), nil
+			return buf[:n], nil
 		}
 		s.skipped.Add(1)
 	}
@@ -182,9 +191,17 @@ func (s *Serial) awaitConnect(fc *framing.Conn) ([]byte, error) {
 // logicalConn is one MQTT connection on a serial link. Closing it ends the
 // connection, not the port: a blocked Read is interrupted with a past read
 // deadline.
+//
+// In framed mode it reads whole packets into buf and hands them out from
+// rest, so that the unread part of a packet the gateway stopped reading (a
+// packet refused at its fixed header) ends with the connection. Left in the
+// framing.Conn, it would be read by awaitConnect as if it were a packet, and
+// one whose first byte looks like CONNECT (0x1X) would start a phantom
+// connection that swallows the frames after it.
 type logicalConn struct {
-	fc     *framing.Conn
-	prefix []byte
+	fc   *framing.Conn
+	buf  []byte // framed: shared by the port's connections, one at a time
+	rest []byte // unread bytes of the current packet (aliases buf)
 
 	mu      sync.Mutex
 	closed  bool
@@ -195,9 +212,9 @@ type logicalConn struct {
 var errLogicalClosed = fmt.Errorf("serial connection closed: %w", net.ErrClosed)
 
 func (c *logicalConn) Read(p []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(p, c.prefix)
-		c.prefix = c.prefix[n:]
+	if len(c.rest) > 0 {
+		n := copy(p, c.rest)
+		c.rest = c.rest[n:]
 		return n, nil
 	}
 	c.mu.Lock()
@@ -206,8 +223,17 @@ func (c *logicalConn) Read(p []byte) (int, error) {
 	if closed {
 		return 0, errLogicalClosed
 	}
-	n, err := c.fc.Read(p)
-	if err == nil {
+	var n int
+	var err error
+	if c.buf != nil {
+		if n, err = c.fc.Read(c.buf); err == nil {
+			c.rest = c.buf[:n]
+			n = copy(p, c.rest)
+			c.rest = c.rest[n:]
+			return n, nil
+		}
+		n = 0
+	} else if n, err = c.fc.Read(p); err == nil {
 		return n, nil
 	}
 	c.mu.Lock()
