@@ -54,6 +54,7 @@ type SerialStats struct {
 	Opens    uint64
 	Failures uint64
 	Lost     uint64
+	Reopens  uint64 // raw framing: reopened between logical connections
 	Frames   framing.Stats
 	Skipped  uint64 // frames dropped while waiting for CONNECT
 	Logical  uint64 // logical MQTT connections served
@@ -83,7 +84,7 @@ func (s *Serial) Stats() SerialStats {
 	if s.link != nil {
 		ls := s.link.Stats()
 		st.State = s.link.State().String()
-		st.Opens, st.Failures, st.Lost = ls.Opens, ls.Failures, ls.Lost
+		st.Opens, st.Failures, st.Lost, st.Reopens = ls.Opens, ls.Failures, ls.Lost, ls.Reopens
 	}
 	s.mu.Lock()
 	st.Frames = s.frames
@@ -161,7 +162,7 @@ func (s *Serial) serveLink(ctx context.Context, fc *framing.Conn, establish Esta
 		if s.Framing == framing.ModeRaw && ctx.Err() == nil {
 			// Without frames there is no resynchronisation point: give the
 			// device a fresh start by reopening it.
-			return fmt.Errorf("raw serial connection ended: %w", errors.Join(err, io.EOF))
+			return fmt.Errorf("raw serial connection ended (%v): %w", err, serialport.ErrReopen)
 		}
 	}
 	return nil

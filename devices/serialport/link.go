@@ -71,6 +71,7 @@ type LinkStats struct {
 	Opens    uint64 // successful opens
 	Failures uint64 // failed open attempts
 	Lost     uint64 // times an open device failed or its handler returned
+	Reopens  uint64 // immediate reopens the handler asked for (ErrReopen)
 }
 
 // Link keeps one device open. Create it with NewLink and drive it with Run.
@@ -79,7 +80,7 @@ type Link struct {
 	log *slog.Logger
 
 	state                 atomic.Int32
-	opens, failures, lost atomic.Uint64
+	opens, failures, lost, reopens atomic.Uint64
 }
 
 // NewLink returns a Link for cfg.Port.Path. log may be nil.
@@ -105,7 +106,7 @@ func (l *Link) State() State { return State(l.state.Load()) }
 
 // Stats returns the counters.
 func (l *Link) Stats() LinkStats {
-	return LinkStats{Opens: l.opens.Load(), Failures: l.failures.Load(), Lost: l.lost.Load()}
+	return LinkStats{Opens: l.opens.Load(), Failures: l.failures.Load(), Lost: l.lost.Load(), Reopens: l.reopens.Load()}
 }
 
 // Run opens the device and calls handle while it is open, until ctx is
@@ -151,6 +152,13 @@ func (l *Link) Run(ctx context.Context, handle HandleFunc) error {
 			l.log.Info("device closed")
 			break
 		}
+		if errors.Is(err, ErrReopen) {
+			// The handler wants a fresh start on a healthy device: reopen
+			// at once, without backoff, and it is not a loss.
+			l.log.Debug("device reopen", "reason", err)
+			l.reopens.Add(1)
+			continue
+		}
 		l.lost.Add(1)
 		l.state.Store(int32(StateWaiting))
 		logged = StateWaiting
@@ -189,6 +197,11 @@ func (l *Link) serve(ctx context.Context, port io.ReadWriteCloser, handle Handle
 	}
 	return fmt.Errorf("serve: %w", err)
 }
+
+// ErrReopen, returned (wrapped) by a HandleFunc, asks Run to close the port
+// and open it again at once: not a lost device, no backoff. The raw-framing
+// serial listener uses it between logical connections.
+var ErrReopen = errors.New("serialport: reopen requested")
 
 // jitter returns a duration in [d/2, d].
 func jitter(d time.Duration) time.Duration {
