@@ -92,7 +92,9 @@ func benchPublishPath(b *testing.B, subs int, qos byte) {
 		}
 		// The subscribers' writers: take what is sendable, encode it.
 		for _, c := range readers {
-			ws.out = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+			var rel []*keep
+			ws.out, rel = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+			releaseWaiters(rel)
 			wbuf = wbuf[:0]
 			for j := range ws.out {
 				wbuf = c.appendOutgoing(ws, wbuf, &ws.out[j])

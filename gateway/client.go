@@ -63,6 +63,7 @@ type client struct {
 	// Writer-only.
 	outAliases map[string]uint16
 
+	pa   pendingAck // reader-only: the deferrer of the PUBLISH being routed
 	amu  sync.Mutex // guards acks; taken before wmu, never after
 	acks []*ackSlot // QoS 1/2 acks waiting for a sink's verdict, in PUBLISH order
 
@@ -297,7 +298,9 @@ func (c *client) writeLoop() {
 		c.wmu.Unlock()
 
 		if ready && !final && c.sess != nil {
-			ws.out = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+			var rel []*keep
+			ws.out, rel = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+			releaseWaiters(rel) // the queue drained: waiting publishers get their acks
 			for i := range ws.out {
 				buf = c.appendOutgoing(ws, buf, &ws.out[i])
 			}

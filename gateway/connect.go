@@ -223,20 +223,41 @@ func (c *client) handlePublish(p *packet.Publish) error {
 			return c.ack(p, packet.Success)
 		}
 	}
-	if !c.srv.sinks.active() && !c.slotsPending() {
-		if err := c.srv.route(m); err != nil {
-			return c.notKept(p.QoS, p.PacketID, p.Topic, err)
-		}
-		return c.ack(p, packet.Success)
+	// The ack may have to wait: for a sink (a bridge's spool) to keep the
+	// message, or for a congested subscriber to drain (flow control). Then
+	// routing opens a slot through c.pa; the verdict arrives later and the
+	// reader goes on.
+	c.pa = pendingAck{c: c, qos: p.QoS, id: p.PacketID, topic: p.Topic}
+	pending, err := c.srv.routeKept(m, &c.pa)
+	if pending {
+		return nil
 	}
-	// A sink (a bridge's spool) must keep the message before it is
-	// acknowledged; its verdict arrives later and the reader goes on.
-	slot := c.addSlot(p)
-	pending, err := c.srv.routeKept(m, func(err error) { c.slotDone(slot, err) })
-	if !pending {
-		c.slotDone(slot, err)
+	if c.slotsPending() {
+		c.slotDone(c.addSlot(p), err) // behind earlier acks still waiting
+		return nil
 	}
-	return nil
+	if err != nil {
+		return c.notKept(p.QoS, p.PacketID, p.Topic, err)
+	}
+	return c.ack(p, packet.Success)
+}
+
+// pendingAck is the reader's deferrer for the PUBLISH being routed: a slot
+// is only made when routing asks for one.
+type pendingAck struct {
+	c     *client
+	qos   byte
+	id    uint16
+	topic string
+}
+
+func (pa *pendingAck) deferAck() func(error) {
+	c := pa.c
+	slot := &ackSlot{qos: pa.qos, id: pa.id, topic: pa.topic}
+	c.amu.Lock()
+	c.acks = append(c.acks, slot)
+	c.amu.Unlock()
+	return func(err error) { c.slotDone(slot, err) }
 }
 
 // ackSlot is a QoS 1/2 acknowledgement waiting for the sinks' verdict.
@@ -369,7 +390,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			ids = []uint32{rs.sub.subID}
 		}
 		c.srv.retained.Match(rs.filter, func(_ string, m *Message) {
-			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now) // [MQTT-3.3.1-8] retain flag set
+			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now, nil) // [MQTT-3.3.1-8] retain flag set
 		})
 	}
 	return nil

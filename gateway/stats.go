@@ -34,13 +34,14 @@ func (r dropReason) String() string {
 // counters are the broker's monotonic counters. Gauges are computed on
 // demand in Stats.
 type counters struct {
-	received  atomic.Int64 // PUBLISH accepted from clients and in-process publishers
-	sent      atomic.Int64 // PUBLISH written to clients
-	drops     [numDropReasons]atomic.Int64
-	takeovers atomic.Int64
-	expired   atomic.Int64
-	refused   atomic.Int64 // connections refused (max_connections)
-	closes    [numCloseReasons]atomic.Int64
+	received      atomic.Int64 // PUBLISH accepted from clients and in-process publishers
+	sent          atomic.Int64 // PUBLISH written to clients
+	drops         [numDropReasons]atomic.Int64
+	takeovers     atomic.Int64
+	expired       atomic.Int64
+	refused       atomic.Int64 // connections refused (max_connections)
+	slowConsumers atomic.Int64 // subscribers that stalled under flow control
+	closes        [numCloseReasons]atomic.Int64
 }
 
 func (c *counters) drop(r dropReason) { c.drops[r].Add(1) }
@@ -63,6 +64,7 @@ type Stats struct {
 	Takeovers            int64
 	Expired              int64
 	Refused              int64
+	SlowConsumers        int64            // subscribers that stopped draining while publishers waited on them
 	Closes               map[string]int64 // by close reason
 }
 
@@ -80,6 +82,7 @@ func (s *Server) Stats() Stats {
 		Takeovers:        s.stats.takeovers.Load(),
 		Expired:          s.stats.expired.Load(),
 		Refused:          s.stats.refused.Load(),
+		SlowConsumers:    s.stats.slowConsumers.Load(),
 		Drops:            make(map[string]int64, numDropReasons),
 		Closes:           make(map[string]int64, numCloseReasons),
 	}
@@ -128,6 +131,7 @@ func (s *Server) publishSys() {
 	pub("subscriptions/count", itoa(int64(st.Subscriptions)))
 	pub("sessions/expired", itoa(st.Expired))
 	pub("sessions/takeovers", itoa(st.Takeovers))
+	pub("clients/slow", itoa(st.SlowConsumers))
 	for reason, n := range st.Drops {
 		pub("messages/dropped/"+reason, itoa(n))
 	}

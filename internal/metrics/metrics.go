@@ -64,7 +64,7 @@ type collector struct {
 	src Sources
 
 	connections, sessions, queuedMsgs, queuedBytes, inflight, retained, subs *prometheus.Desc
-	received, sent, drops, takeovers, expired, refused, closes               *prometheus.Desc
+	received, sent, drops, takeovers, expired, refused, closes, slow         *prometheus.Desc
 
 	bUp, bConnects, bDisconnects, bTrips, bWriteTimeouts, bInflight, bSent, bAcked, bReceived *prometheus.Desc
 	bSpoolMsgs, bSpoolBytes, bSpoolDropped                                                    *prometheus.Desc
@@ -92,6 +92,7 @@ func newCollector(src Sources) *collector {
 		expired:     d("sessions_expired_total", "Sessions destroyed by expiry."),
 		refused:     d("connections_refused_total", "Connections refused at max_connections."),
 		closes:      d("connections_closed_total", "Closed client connections, by reason.", "reason"),
+		slow:        d("slow_consumers_total", "Subscribers that stopped draining while publishers waited on them."),
 
 		bUp:            d("bridge_up", "1 if the bridge's uplink is connected.", "bridge"),
 		bConnects:      d("bridge_connects_total", "Uplink connections established.", "bridge"),
@@ -141,6 +142,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ct(c.takeovers, float64(st.Takeovers))
 		ct(c.expired, float64(st.Expired))
 		ct(c.refused, float64(st.Refused))
+		ct(c.slow, float64(st.SlowConsumers))
 		for r, n := range st.Closes {
 			ct(c.closes, float64(n), r)
 		}

@@ -1,0 +1,113 @@
+package gateway_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/gateway/packet"
+)
+
+// TestFlowControlNoLossWhileSubscriberKeepsUp: fan-in of QoS 1 and 2 much
+// faster than one subscriber's window drains. Acknowledged messages are
+// never dropped: the publishers' acks wait for the subscriber's queue to
+// drain (their own windows slow them down) instead of the queue overflowing.
+func TestFlowControlNoLossWhileSubscriberKeepsUp(t *testing.T) {
+	for _, qos := range []byte{1, 2} {
+		t.Run(fmt.Sprintf("qos%d", qos), func(t *testing.T) {
+			b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxQueuedMessages: 40, MaxInflight: 4})
+			var got collector
+			sub := pahoClient(t, b.addr, "sink", true, nil)
+			waitTok(t, sub.Subscribe("fan/#", qos, got.handle), "subscribe")
+
+			const pubs, each = 4, 300
+			var wg sync.WaitGroup
+			errs := make(chan error, pubs)
+			for p := 0; p < pubs; p++ {
+				pub := pahoClient(t, b.addr, fmt.Sprintf("pub%d", p), true, nil)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					toks := make([]mqtt.Token, 0, each)
+					for i := 0; i < each; i++ { // all in flight at once: no client-side window
+						toks = append(toks, pub.Publish(fmt.Sprintf("fan/%d", p), qos, false, fmt.Sprint(i)))
+					}
+					for _, tok := range toks {
+						if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+							errs <- fmt.Errorf("publish not acknowledged: %v", tok.Error())
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "every acknowledged message delivered", func() bool { return got.len() >= pubs*each })
+			if n := drops(b, "queue_full"); n != 0 {
+				t.Fatalf("%d acknowledged messages dropped (queue_full) while the subscriber kept up", n)
+			}
+			if got.len() != pubs*each {
+				t.Fatalf("received %d, want %d", got.len(), pubs*each)
+			}
+		})
+	}
+}
+
+// TestFlowControlStuckSubscriber: a subscriber that reads but never acks
+// cannot hold publishers: after write_timeout without progress it is marked
+// slow, the waiting acks go out and the overflow policy applies.
+func TestFlowControlStuckSubscriber(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxQueuedMessages: 20, MaxInflight: 2,
+		WriteTimeout: 300 * time.Millisecond})
+	stuck, _ := rawConnect(t, b.addr, packet.V311, "stuck", true, nil)
+	stuck.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "s/#", QoS: 1})
+	// Its reader (started by connect) keeps reading, so writes never time
+	// out, but it never acks.
+
+	pub := pahoClient(t, b.addr, "pub", true, nil)
+	toks := make([]mqtt.Token, 0, 200)
+	for i := 0; i < 200; i++ {
+		toks = append(toks, pub.Publish("s/x", 1, false, fmt.Sprint(i)))
+	}
+	for i, tok := range toks {
+		if !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d held by a stuck subscriber: %v", i, tok.Error())
+		}
+	}
+	st := b.srv.Stats()
+	if st.SlowConsumers < 1 {
+		t.Fatalf("SlowConsumers = %d, want the stuck subscriber counted", st.SlowConsumers)
+	}
+	if st.Drops["queue_full"] == 0 {
+		t.Fatal("no queue_full drops for a subscriber that never acks")
+	}
+	if st.QueuedMessages > 20 {
+		t.Fatalf("queue of a slow subscriber holds %d, above max_queued_messages 20", st.QueuedMessages)
+	}
+}
+
+// TestFlowControlNotForOfflineSessions: publishers never wait for a
+// subscriber that is not connected; its persistent session gets the
+// overflow policy.
+func TestFlowControlNotForOfflineSessions(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxQueuedMessages: 20})
+	away := pahoClient(t, b.addr, "away", false, nil)
+	waitTok(t, away.Subscribe("o/#", 1, nil), "subscribe")
+	away.Disconnect(50)
+	eventually(t, 5*time.Second, "session offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
+
+	pub := pahoClient(t, b.addr, "pub", true, nil)
+	for i := 0; i < 100; i++ {
+		waitTok(t, pub.Publish("o/x", 1, false, fmt.Sprint(i)), "publish")
+	}
+	if n := drops(b, "queue_full"); n != 80 {
+		t.Fatalf("queue_full drops = %d, want 80 (100 published, 20 kept)", n)
+	}
+}
