@@ -118,3 +118,45 @@ func TestPingAnsweredWhilePublishesPending(t *testing.T) {
 	})
 	inOrder(t, upSub.all(), "site-a/sensors/burst", "m", n)
 }
+
+// A local QoS 0 publisher on a bridged topic is not held to one message per
+// commit window either: nobody waits for an acknowledgement of QoS 0, so
+// the gateway's reader must not wait for the spool's fsync. 2000 QoS 0
+// messages and a QoS 1 fence (acked only after the gateway processed
+// everything before it on the connection) take a few commit windows, and
+// all 2000 reach the cloud in order.
+func TestQoS0PublisherNotHeldToCommitWindow(t *testing.T) {
+	const n = 2000
+	const interval = 20 * time.Millisecond // the default sync_interval
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	cfg := testConfig(t, "fast0", up.url())
+	cfg.SpoolSyncInterval = interval
+	upSub := subscribe(t, up.addr(), "up-sub", "site-a/sensors/#", 1)
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+
+	var lost atomic.Value
+	c := pahoClient(t, gw.addr, "qos0", 30*time.Second, 10*time.Second, &lost)
+	start := time.Now()
+	for i := range n {
+		c.Publish("sensors/q0", 0, false, "m"+strconv.Itoa(i))
+	}
+	fence := c.Publish("sensors/q0", 1, false, "m"+strconv.Itoa(n))
+	if !fence.WaitTimeout(time.Minute) || fence.Error() != nil {
+		t.Fatalf("fence: %v (lost: %v)", fence.Error(), lost.Load())
+	}
+	elapsed := time.Since(start)
+	windows := float64(elapsed) / float64(interval)
+	t.Logf("%d QoS 0 messages + fence processed in %s = %.1f commit windows of %s", n, elapsed, windows, interval)
+	if limit := float64(n) / 10; windows > limit {
+		t.Errorf("%d QoS 0 messages took %.0f commit windows, want < %.0f (one message per window is %d)", n, windows, limit, n)
+	}
+	eventually(t, 30*time.Second, "all messages upstream", func() bool {
+		return upSub.len() >= n+1 && countDistinct(upSub.all(), "site-a/sensors/q0") == n+1
+	})
+	inOrder(t, upSub.all(), "site-a/sensors/q0", "m", n+1)
+	if st := b.Stats(); st.AcceptFailed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

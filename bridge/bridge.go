@@ -308,9 +308,24 @@ func (k sink) refused(topic string, err error) error {
 // returns once the message is durable (group commit), before the local
 // publisher is acknowledged. The gateway uses AcceptAsync; Accept is for
 // callers that want to block.
+//
+// A QoS 0 message is written at once (in order) but not waited for: no
+// acknowledgement depends on it, and the gateway hands local QoS 0
+// publishes to Accept on the publisher's reader, which must not stall for
+// a commit window per message (nor leave its PINGREQs unanswered).
 func (k sink) Accept(m *gateway.Message) error {
 	sm, ok := k.spoolMessage(m)
 	if !ok {
+		return nil
+	}
+	if m.QoS == 0 {
+		topic := m.Topic
+		k.b.spool.Load().AppendAsync(sm, func(_ spool.ID, err error) {
+			if err != nil {
+				err = k.refused(topic, err)
+				k.b.log.Warn("QoS 0 message not kept", "err", err)
+			}
+		})
 		return nil
 	}
 	if _, err := k.b.spool.Load().Append(context.Background(), sm); err != nil {

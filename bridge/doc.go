@@ -45,7 +45,10 @@
 // gets many messages into one commit window, not one per window) and its
 // PINGREQs are answered at once. A message the spool could not keep gets
 // a negative acknowledgement (Stats.AcceptFailed). Accept, the blocking
-// form, remains for callers that want to wait. A message is removed from
+// form, remains for callers that want to wait; for a QoS 0 message it does
+// not wait either (written in order, no acknowledgement depends on its
+// fsync), so a local QoS 0 publisher is never held to one message per
+// commit window. A message is removed from
 // the spool only after the upstream PUBACK (QoS 1) or
 // PUBCOMP (QoS 2); QoS 0 messages are removed once written. So a message
 // acknowledged locally survives an uplink outage, a crash and a reboot

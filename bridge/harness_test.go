@@ -83,11 +83,12 @@ func startGateway(t testing.TB) *local {
 // mosquitto is Debian's broker as the cloud upstream, on a fixed free port
 // so that it can be killed and restarted at the same address.
 type mosquitto struct {
-	t    testing.TB
-	port int
-	conf string
-	cmd  *exec.Cmd
-	done chan struct{}
+	t     testing.TB
+	port  int   // the plain listener
+	ports []int // every listener: start waits for each
+	conf  string
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 func freePort(t testing.TB) int {
@@ -100,17 +101,24 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startMosquitto(t testing.TB) *mosquitto {
+func startMosquitto(t testing.TB) *mosquitto { return startMosquittoConf(t, "") }
+
+// startMosquittoConf starts mosquitto with a plain listener and extra
+// configuration lines after it (more listeners, such as a TLS one); start
+// waits for every port in extraPorts too.
+func startMosquittoConf(t testing.TB, extra string, extraPorts ...int) *mosquitto {
 	t.Helper()
 	if _, err := os.Stat("/usr/sbin/mosquitto"); err != nil {
 		t.Skip("mosquitto not installed (Debian package mosquitto)")
 	}
 	m := &mosquitto{t: t, port: freePort(t)}
+	m.ports = append([]int{m.port}, extraPorts...)
 	m.conf = filepath.Join(t.TempDir(), "mosquitto.conf")
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\n", m.port)
+	conf := "allow_anonymous true\npersistence false\nmax_queued_messages 100000\n"
 	if os.Getenv("EDGEGW_TEST_DEBUG") == "" {
 		conf += "log_dest none\n"
 	}
+	conf += fmt.Sprintf("listener %d 127.0.0.1\n", m.port) + extra
 	if err := os.WriteFile(m.conf, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +139,16 @@ func (m *mosquitto) start() {
 	}
 	m.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(m.cmd, m.done)
-	eventually(m.t, 10*time.Second, "mosquitto listening", func() bool {
-		c, err := net.DialTimeout("tcp", m.addr(), time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
+	for _, port := range m.ports {
+		eventually(m.t, 10*time.Second, "mosquitto listening", func() bool {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+			if err != nil {
+				return false
+			}
+			c.Close()
+			return true
+		})
+	}
 }
 
 // stop kills mosquitto (SIGKILL: nothing is flushed, like a crash).
@@ -175,6 +185,14 @@ func (c *collector) all() []rx {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]rx(nil), c.msgs...)
+}
+
+// len is the number of messages received so far (cheap enough to poll
+// while thousands arrive).
+func (c *collector) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.msgs)
 }
 
 func (c *collector) count(topic string) int {

@@ -3,7 +3,8 @@ package bridge_test
 // proxy is a fault-injecting TCP proxy between the bridge and mosquitto
 // (CONVENTIONS 17): it forwards whole MQTT packets and can freeze (stop
 // forwarding both ways while keeping both sockets open: a half-open
-// uplink), refuse new connections, and delay packets from the broker. It
+// uplink, where not even a close gets through), refuse new connections,
+// reset every connection, and delay packets from the broker. It
 // counts QoS 1/2 PUBLISH packets it forwarded upstream that have not yet
 // been acknowledged back to the bridge.
 
@@ -200,6 +201,7 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 				pc.acked(f.b)
 			}
 			if _, err := dst.Write(f.b); err != nil {
+				pc.p.gate() // as above: no close passes a frozen proxy
 				return
 			}
 		}
@@ -210,6 +212,11 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 	for {
 		b, err := readPacket(r)
 		if err != nil {
+			// A blackhole forwards nothing, not even a close: an end
+			// seen while frozen (mosquitto dropping the client after
+			// its keepalive, say) reaches the other side after the
+			// thaw, if ever.
+			pc.p.gate()
 			return
 		}
 		due := time.Now()
