@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 DUR=${BENCH_DURATION:-10s}
 IDLE_CONNS=${BENCH_IDLE_CONNS:-5000}
-SCENARIOS=${BENCH_SCENARIOS:-"fanin-q0 fanin-q1 fanout-q0 fanout-q1 latency-q0 latency-q1 idle slowsub bidir-qos2"}
+SCENARIOS=${BENCH_SCENARIOS:-"fanin-q0 fanin-q1 fanin-q1-w64 fanin-q2 fanin-q2-w64 fanout-q0 fanout-q1 latency-q0 latency-q1 idle slowsub bidir-qos2"}
 BROKERS=${BENCH_BROKERS:-"edgegw mosquitto"}
 MOSQUITTO=${MOSQUITTO:-/usr/sbin/mosquitto}
 PORT_EDGEGW=${BENCH_PORT_EDGEGW:-18831}
@@ -127,7 +127,10 @@ stop_broker() {
 gen_args() { # scenario -> generator arguments
   case "$1" in
     fanin-q0)   echo "fanin --qos 0 --duration $DUR" ;;
-    fanin-q1)   echo "fanin --qos 1 --duration $DUR" ;;
+    fanin-q1)   echo "fanin --qos 1 --window 20 --duration $DUR" ;;
+    fanin-q1-w64) echo "fanin --qos 1 --window 64 --duration $DUR" ;;
+    fanin-q2)   echo "fanin --qos 2 --window 20 --duration $DUR" ;;
+    fanin-q2-w64) echo "fanin --qos 2 --window 64 --duration $DUR" ;;
     fanout-q0)  echo "fanout --qos 0 --duration $DUR" ;;
     fanout-q1)  echo "fanout --qos 1 --duration $DUR" ;;
     latency-q0) echo "latency --qos 0 --rate 2000 --duration $DUR" ;;
