@@ -109,7 +109,6 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 	// Nobody drains the queue now: publishers waiting on it are released
 	// (an offline session gets the plain overflow policy, never flow control).
 	defer releaseWaiters(s.takeWaiters())
-	s.slow = false
 	if s.expiry == 0 || r.closed {
 		s.release()
 		if r.sessions[s.id] == s {

@@ -52,16 +52,15 @@ type session struct {
 	// for this session's queue to drain, and the stall guard that gives up
 	// on a subscriber that stopped draining.
 	waiters    []*keep
-	progress   bool        // the writer took something since the stall timer was armed
-	slow       bool        // stalled with waiters: plain overflow policy until it drains
 	stallTimer *time.Timer // armed only while waiters exist
 }
 
 // outflight is one outgoing QoS 1/2 message awaiting its acknowledgement.
 type outflight struct {
 	q        queued
-	released bool // QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
-	resend   bool // must be sent again on the current connection
+	released bool      // QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
+	resend   bool      // must be sent again on the current connection
+	sent     time.Time // first sent (flow control: how long it waits for its ack)
 }
 
 // outgoing is what the writer puts on the wire for one session step.
@@ -88,16 +87,18 @@ func (s *session) charge(n int64) {
 // congestion: the queue is at least half full, or a message was dropped
 // for lack of room (the caller may yield, see Server.routeKept).
 //
-// Flow control: a QoS 1/2 message for a connected subscriber whose queue is
-// past its high water mark (half of max_queued_messages or
-// max_queued_bytes) makes the publisher's acknowledgement wait until the
-// queue drains below the low water mark (a quarter). The publisher's own
-// in-flight window then slows it to the subscriber's pace, so acknowledged
-// messages are not dropped while the subscriber keeps up; while that holds,
-// the per-session limits are soft for such messages (the publishers'
-// windows bound the overshoot) and only the global memory_budget drops. A
-// subscriber that stops draining for write_timeout is marked slow: the
-// waiting publishers are released and the overflow policy applies.
+// Flow control: a QoS 1/2 message for a connected subscriber that keeps up
+// (its oldest unacknowledged message went out less than flowStall ago) and
+// whose queue is past its high water mark (half of
+// max_queued_messages or max_queued_bytes) makes the publisher's
+// acknowledgement wait until the queue drains below the low water mark (a
+// quarter). The publisher's own in-flight window then slows it to the
+// subscriber's pace, so acknowledged messages are not dropped while the
+// subscriber keeps up; while that holds, the per-session limits are soft
+// for such messages (the publishers' windows bound the overshoot) and only
+// the global memory_budget drops. A subscriber that makes no progress for
+// flowStall is not keeping up: waiting publishers are released, its queue
+// is trimmed to the limits and the overflow policy applies.
 func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time, h *keeper) (congested bool) {
 	if m.expired(now) {
 		s.srv.stats.drop(dropExpired)
@@ -111,7 +112,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 		s.mu.Unlock()
 		return false
 	}
-	flow := qos > 0 && s.conn != nil && !s.slow && h != nil && h.d != nil
+	flow := qos > 0 && s.conn != nil && h != nil && h.d != nil && s.keepingUp()
 	// Overflow policy: make room by dropping this session's QoS 0 messages
 	// first, then its oldest; a QoS 0 message never displaces a QoS 1/2 one.
 	for {
@@ -156,8 +157,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 			k.left.Add(1)
 			s.waiters = append(s.waiters, k)
 			if s.stallTimer == nil {
-				s.progress = false
-				s.stallTimer = time.AfterFunc(o.WriteTimeout, s.checkStall)
+				s.stallTimer = time.AfterFunc(s.flowStall(), s.checkStall)
 			}
 		}
 	}
@@ -210,21 +210,50 @@ func releaseWaiters(w []*keep) {
 	}
 }
 
-// checkStall runs write_timeout after waiters appeared: if the writer took
-// nothing since, the subscriber is not draining and is marked slow.
+// flowStall is how long a message may stay unacknowledged by a subscriber
+// that still counts as keeping up: 250 ms (a LAN client acks in
+// milliseconds), or write_timeout when that is shorter. A subscriber over a
+// slower link gets the plain overflow policy instead of holding publishers.
+func (s *session) flowStall() time.Duration {
+	return min(250*time.Millisecond, s.srv.opts.WriteTimeout)
+}
+
+// oldestSent is when the oldest in-flight message was first sent (zero
+// when nothing is in flight). Caller holds s.mu.
+func (s *session) oldestSent() time.Time {
+	if len(s.order) == 0 {
+		return time.Time{}
+	}
+	return s.inflight[s.order[0]].sent
+}
+
+// keepingUp reports whether the subscriber is draining: nothing of it has
+// waited for an acknowledgement longer than flowStall. A subscriber that
+// never acknowledges (field report 002) stops holding publishers after
+// flowStall, and its persistent session keeps the first send times across
+// reconnects, so reconnecting does not buy it more. Caller holds s.mu.
+func (s *session) keepingUp() bool {
+	t := s.oldestSent()
+	return t.IsZero() || time.Since(t) < s.flowStall()
+}
+
+// checkStall runs while publishers wait on this session: without progress
+// for flowStall the subscriber is not keeping up and they are released.
 func (s *session) checkStall() {
 	s.mu.Lock()
 	if s.stallTimer == nil || len(s.waiters) == 0 {
 		s.mu.Unlock()
 		return
 	}
-	if s.progress {
-		s.progress = false
-		s.stallTimer = time.AfterFunc(s.srv.opts.WriteTimeout, s.checkStall)
+	if s.keepingUp() {
+		wait := s.flowStall()
+		if t := s.oldestSent(); !t.IsZero() {
+			wait -= time.Since(t)
+		}
+		s.stallTimer = time.AfterFunc(max(wait, time.Millisecond), s.checkStall)
 		s.mu.Unlock()
 		return
 	}
-	s.slow = true
 	s.srv.stats.slowConsumers.Add(1)
 	s.trimToLimits()
 	w := s.takeWaiters()
@@ -256,11 +285,8 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		return out, nil
 	}
 	defer func() {
-		if len(s.waiters) > 0 || s.slow {
-			if s.belowLowWater() {
-				s.slow = false
-				rel = s.takeWaiters()
-			}
+		if len(s.waiters) > 0 && s.belowLowWater() {
+			rel = s.takeWaiters()
 		}
 	}()
 	if s.needResend {
@@ -292,7 +318,6 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			q = s.queue.pop()
 		}
 		taken += q.msg.size()
-		s.progress = true
 		if q.msg.expired(now) {
 			s.charge(-q.msg.size())
 			s.srv.stats.drop(dropExpired)
@@ -307,7 +332,7 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		if s.inflight == nil {
 			s.inflight = make(map[uint16]*outflight)
 		}
-		s.inflight[id] = &outflight{q: q}
+		s.inflight[id] = &outflight{q: q, sent: now}
 		s.order = append(s.order, id)
 		out = append(out, outgoing{q: q, id: id})
 	}
