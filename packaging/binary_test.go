@@ -13,9 +13,10 @@ import (
 
 // maxArm64Bytes is the size budget of the stripped linux/arm64 binary (as
 // `make dist` builds it). Measured 9,961,634 bytes (9.5 MiB) with go1.26.8
-// at commit a248036 (broker, listeners, metrics, systemd notify, passwd;
-// bridge not yet linked); the bound is that plus about 25%. Raise it on
-// purpose, in the commit that pays for the growth, and say why.
+// before the bridge was linked, and 10,944,674 bytes (10.4 MiB) with
+// everything (bridge with paho and the spool included); the bound, set at
+// the first measurement plus about 25%, leaves ~14% headroom now. Raise it
+// on purpose, in the commit that pays for the growth, and say why.
 const maxArm64Bytes = 12_500_000
 
 // allowedModules are the modules the binary may link, beside the standard
