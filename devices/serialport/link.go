@@ -79,7 +79,7 @@ type Link struct {
 	cfg LinkConfig
 	log *slog.Logger
 
-	state                 atomic.Int32
+	state                          atomic.Int32
 	opens, failures, lost, reopens atomic.Uint64
 }
 
