@@ -1,6 +1,7 @@
 # edgegw — build, test and ship.
 #
-#   make test     install test dependencies (if missing), vet, race tests
+#   make test     install test dependencies (if missing), vet, race tests,
+#                 packaging and ARM (qemu) checks
 #   make build    build ./bin/edgegw for this machine
 
 GO       ?= go
@@ -9,7 +10,7 @@ COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PKG      := ./...
 
-.PHONY: all build test test-deps vet fmt-check fuzz
+.PHONY: all build test go-test test-deps vet fmt-check fuzz
 
 # Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb).
 -include mk/*.mk
@@ -29,7 +30,12 @@ fmt-check:
 vet:
 	$(GO) vet $(PKG)
 
-test: test-deps fmt-check vet
+# The whole suite: race tests of every package, then the release checks
+# (the amd64 .deb with lintian and an install into a throwaway root; the
+# ARM binaries and test suites under qemu-user).
+test: test-deps fmt-check vet go-test test-packaging test-arm
+
+go-test:
 	$(GO) test -race -timeout 15m $(PKG)
 
 # Short fuzz runs of every fuzz target (FUZZTIME per target).

@@ -10,6 +10,9 @@ command -v socat >/dev/null 2>&1 || need="$need socat"
 /usr/bin/python3 -c 'import paho.mqtt.client' >/dev/null 2>&1 || need="$need python3-paho-mqtt"
 command -v systemd-analyze >/dev/null 2>&1 || need="$need systemd"
 command -v node >/dev/null 2>&1 || need="$need nodejs npm"
+command -v lintian >/dev/null 2>&1 || need="$need lintian"
+command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg-dev"
+command -v qemu-aarch64-static >/dev/null 2>&1 || need="$need qemu-user-static"
 
 if [ -n "$need" ]; then
 	echo "installing:$need"
