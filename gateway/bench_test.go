@@ -93,7 +93,7 @@ func benchPublishPath(b *testing.B, subs int, qos byte) {
 		// The subscribers' writers: take what is sendable, encode it.
 		for _, c := range readers {
 			var rel []*keep
-			ws.out, rel = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+			ws.out, rel, _ = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
 			releaseWaiters(rel)
 			wbuf = wbuf[:0]
 			for j := range ws.out {

@@ -299,8 +299,14 @@ func (c *client) writeLoop() {
 
 		if ready && !final && c.sess != nil {
 			var rel []*keep
-			ws.out, rel = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+			var more bool
+			ws.out, rel, more = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
 			releaseWaiters(rel) // the queue drained: waiting publishers get their acks
+			if more {
+				c.wmu.Lock()
+				c.dirty = true // a full batch: come back for the rest
+				c.wmu.Unlock()
+			}
 			for i := range ws.out {
 				buf = c.appendOutgoing(ws, buf, &ws.out[i])
 			}

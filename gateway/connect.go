@@ -208,12 +208,13 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		c.srv.route(m)
 		return nil
 	}
+	c.pa = pendingAck{c: c, qos: p.QoS, id: p.PacketID, topic: p.Topic}
 	if p.QoS == 2 {
-		fresh, owner := c.sess.receiveQoS2(c, p.PacketID)
-		if !owner {
+		st, e := c.sess.receiveQoS2(c, p.PacketID)
+		switch st {
+		case qos2NotOwner:
 			return errClosed
-		}
-		if !fresh {
+		case qos2Kept:
 			// A duplicate: acknowledged again, never delivered twice
 			// [MQTT-4.3.3-9]; behind any acks still waiting, to keep order.
 			if c.slotsPending() {
@@ -221,16 +222,24 @@ func (c *client) handlePublish(p *packet.Publish) error {
 				return nil
 			}
 			return c.ack(p, packet.Success)
+		case qos2Pending:
+			// A resend while the original's sinks have not decided: the
+			// ack waits for the same verdict (principle 4).
+			c.sess.waitQoS2(p.PacketID, e, c.pa.deferAck())
+			return nil
 		}
+		c.pa.q2 = e
 	}
 	// The ack may have to wait: for a sink (a bridge's spool) to keep the
 	// message, or for a congested subscriber to drain (flow control). Then
 	// routing opens a slot through c.pa; the verdict arrives later and the
 	// reader goes on.
-	c.pa = pendingAck{c: c, qos: p.QoS, id: p.PacketID, topic: p.Topic}
 	pending, err := c.srv.routeKept(m, &c.pa)
 	if pending {
 		return nil
+	}
+	if p.QoS == 2 {
+		c.sess.qos2Verdict(p.PacketID, c.pa.q2, err)
 	}
 	if c.slotsPending() {
 		c.slotDone(c.addSlot(p), err) // behind earlier acks still waiting
@@ -249,15 +258,24 @@ type pendingAck struct {
 	qos   byte
 	id    uint16
 	topic string
+	q2    *inbound2 // QoS 2: the session's state of this id, told the verdict
 }
 
+// deferAck opens an ack slot. It takes c.amu, so it must not be called with
+// a session lock held (lock order: amu is never taken under session.mu).
 func (pa *pendingAck) deferAck() func(error) {
-	c := pa.c
+	c, id, q2 := pa.c, pa.id, pa.q2
+	sess := c.sess
 	slot := &ackSlot{qos: pa.qos, id: pa.id, topic: pa.topic}
 	c.amu.Lock()
 	c.acks = append(c.acks, slot)
 	c.amu.Unlock()
-	return func(err error) { c.slotDone(slot, err) }
+	return func(err error) {
+		if q2 != nil {
+			sess.qos2Verdict(id, q2, err) // before the PUBREC goes out
+		}
+		c.slotDone(slot, err)
+	}
 }
 
 // ackSlot is a QoS 1/2 acknowledgement waiting for the sinks' verdict.
@@ -333,9 +351,7 @@ func (c *client) ackID(qos byte, id uint16, code packet.ReasonCode) {
 // acknowledge what was not kept.
 func (c *client) notKept(qos byte, id uint16, topic string, err error) error {
 	c.logf(slog.LevelWarn, "message not stored", "topic", topic, "err", err)
-	if qos == 2 {
-		c.sess.forgetQoS2(c, id) // the client will send it again
-	}
+
 	if c.version == packet.V5 {
 		c.ackID(qos, id, packet.ImplementationSpecificError)
 		return nil
@@ -390,6 +406,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			ids = []uint32{rs.sub.subID}
 		}
 		c.srv.retained.Match(rs.filter, func(_ string, m *Message) {
+			// Retained sends never hold the subscriber itself (no flow control).
 			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now, nil) // [MQTT-3.3.1-8] retain flag set
 		})
 	}

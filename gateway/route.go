@@ -178,10 +178,21 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending bool, err error) {
 		now = time.Now()
 	}
 	congested := false
+	var waitBuf [4]*session
+	waitOn := waitBuf[:0]
 	for _, t := range r.targets {
 		qos := min(m.QoS, t.qos)
-		if t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now, &h) {
-			congested = true
+		c, w := t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now, &h)
+		congested = congested || c
+		if w {
+			waitOn = append(waitOn, t.sess)
+		}
+	}
+	// Flow control: registered after delivery, with no session lock held
+	// (opening the publisher's ack slot takes the publisher's locks).
+	for _, sess := range waitOn {
+		if k := h.get(); k != nil {
+			sess.addWaiter(k)
 		}
 	}
 	r.reset()

@@ -14,6 +14,7 @@ package gateway
 // Nothing does I/O while holding s.mu.
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +44,7 @@ type session struct {
 	order       []uint16 // in-flight packet ids in send order (resend on resume)
 	needResend  bool
 	nextID      uint16
-	inboundQoS2 map[uint16]struct{} // received, PUBREC sent, PUBREL not yet seen
+	inboundQoS2 map[uint16]*inbound2 // received, PUBREL not yet seen
 
 	will      *Message // pending will after an abnormal close with a delay
 	willTimer *time.Timer
@@ -99,10 +100,14 @@ func (s *session) charge(n int64) {
 // the global memory_budget drops. A subscriber that makes no progress for
 // flowStall is not keeping up: waiting publishers are released, its queue
 // is trimmed to the limits and the overflow policy applies.
-func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time, h *keeper) (congested bool) {
+//
+// wait reports that the publisher's acknowledgement should wait for this
+// session (the caller registers it with addWaiter, outside s.mu: opening
+// the publisher's ack slot takes the publisher's locks).
+func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time, h *keeper) (congested, wait bool) {
 	if m.expired(now) {
 		s.srv.stats.drop(dropExpired)
-		return false
+		return false, false
 	}
 	sz := m.size()
 	o := &s.srv.opts
@@ -110,7 +115,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	if s.destroyed || (s.conn == nil && qos == 0) {
 		// QoS 0 is not kept for a disconnected client [MQTT-3.1.2-5 allows it].
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	flow := qos > 0 && s.conn != nil && h != nil && h.d != nil && s.keepingUp()
 	// Overflow policy: make room by dropping this session's QoS 0 messages
@@ -142,7 +147,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 		congested = s.writerBehind()
 		s.mu.Unlock()
 		s.srv.stats.drop(reason) // the new message itself
-		return congested
+		return congested, false
 	}
 	if subIDs != nil {
 		subIDs = append([]uint32(nil), subIDs...) // the routing buffer is reused
@@ -152,20 +157,27 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	c := s.conn
 	high := 2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes
 	congested = high && s.writerBehind()
-	if flow && high {
-		if k := h.get(); k != nil {
-			k.left.Add(1)
-			s.waiters = append(s.waiters, k)
-			if s.stallTimer == nil {
-				s.stallTimer = time.AfterFunc(s.flowStall(), s.checkStall)
-			}
-		}
-	}
+	wait = flow && high
 	s.mu.Unlock()
 	if c != nil {
 		c.kick()
 	}
-	return congested
+	return congested, wait
+}
+
+// addWaiter makes k's publisher wait for this session's queue to drain,
+// unless it drained or stopped keeping up meanwhile.
+func (s *session) addWaiter(k *keep) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil || s.destroyed || s.belowLowWater() || !s.keepingUp() {
+		return
+	}
+	k.left.Add(1)
+	s.waiters = append(s.waiters, k)
+	if s.stallTimer == nil {
+		s.stallTimer = time.AfterFunc(s.flowStall(), s.checkStall)
+	}
 }
 
 // trimToLimits applies the overflow policy to a queue that grew past the
@@ -278,11 +290,14 @@ func (s *session) writerBehind() bool {
 // It also ends flow control once the queue is below its low water mark:
 // the publishers to release are returned in rel, for the caller to release
 // (releaseWaiters) after the call.
-func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes int64, out []outgoing) (_ []outgoing, rel []*keep) {
+//
+// more reports that it stopped at maxBytes with messages still sendable:
+// the writer must come back for them (nothing else would wake it for QoS 0).
+func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes int64, out []outgoing) (_ []outgoing, rel []*keep, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c || s.destroyed {
-		return out, nil
+		return out, nil, false
 	}
 	defer func() {
 		if len(s.waiters) > 0 && s.belowLowWater() {
@@ -336,7 +351,8 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.order = append(s.order, id)
 		out = append(out, outgoing{q: q, id: id})
 	}
-	return out, nil
+	more = s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window)
+	return out, nil, more
 }
 
 // allocID returns a packet id not in flight. Caller holds s.mu and has
@@ -427,26 +443,94 @@ func (s *session) ackPubcomp(c *client, id uint16) bool {
 	return true
 }
 
-// receiveQoS2 records an inbound QoS 2 packet id. It reports false for a
-// duplicate that was already received and not yet released: the broker
-// acknowledges it again and does not deliver it twice.
-func (s *session) receiveQoS2(c *client, id uint16) (fresh bool, owner bool) {
+// inbound2 is the state of one inbound QoS 2 packet id. An id is pending
+// until the sinks have kept the message (its PUBREC waits for that); a
+// duplicate PUBLISH that arrives meanwhile (a resend after reconnect) waits
+// for the same verdict instead of being acknowledged early.
+type inbound2 struct {
+	kept    bool
+	waiters []func(error) // acks of duplicates waiting for the verdict
+}
+
+// qos2State is what receiveQoS2 found.
+type qos2State int
+
+const (
+	qos2Fresh   qos2State = iota // new id: deliver it
+	qos2Kept                     // duplicate of a kept message: acknowledge again
+	qos2Pending                  // duplicate of a message whose verdict is pending
+	qos2NotOwner
+)
+
+// receiveQoS2 records an inbound QoS 2 packet id. A duplicate is never
+// delivered twice [MQTT-4.3.3-9].
+func (s *session) receiveQoS2(c *client, id uint16) (qos2State, *inbound2) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c {
-		return false, false
+		return qos2NotOwner, nil
 	}
-	if _, dup := s.inboundQoS2[id]; dup {
-		return false, true
+	if e := s.inboundQoS2[id]; e != nil {
+		if e.kept {
+			return qos2Kept, e
+		}
+		return qos2Pending, e
 	}
 	if s.inboundQoS2 == nil {
-		s.inboundQoS2 = make(map[uint16]struct{})
+		s.inboundQoS2 = make(map[uint16]*inbound2)
 	}
-	s.inboundQoS2[id] = struct{}{}
-	return true, true
+	e := &inbound2{}
+	s.inboundQoS2[id] = e
+	return qos2Fresh, e
 }
 
-// forgetQoS2 removes an inbound QoS 2 id (PUBREL, or a refused message).
+// qos2Verdict records whether a fresh inbound QoS 2 message was kept. A
+// message that was not kept is forgotten (the client sends it again), and
+// duplicates waiting on it get the same verdict. It does not check
+// ownership: the verdict belongs to the session whichever connection asks.
+func (s *session) qos2Verdict(id uint16, e *inbound2, err error) {
+	s.mu.Lock()
+	if s.inboundQoS2[id] != e {
+		s.mu.Unlock()
+		return
+	}
+	if err == nil {
+		e.kept = true
+	} else {
+		delete(s.inboundQoS2, id)
+	}
+	w := e.waiters
+	e.waiters = nil
+	s.mu.Unlock()
+	for _, done := range w {
+		done(err)
+	}
+}
+
+// waitQoS2 makes done wait for the verdict on a pending id; if the verdict
+// came meanwhile, done is called at once with it.
+func (s *session) waitQoS2(id uint16, e *inbound2, done func(error)) {
+	s.mu.Lock()
+	cur := s.inboundQoS2[id]
+	if cur == e && !e.kept {
+		e.waiters = append(e.waiters, done)
+		s.mu.Unlock()
+		return
+	}
+	kept := cur == e && e.kept
+	s.mu.Unlock()
+	if kept {
+		done(nil)
+	} else {
+		done(errNotKept)
+	}
+}
+
+// errNotKept is the verdict a duplicate gets when its original was not
+// kept by a sink.
+var errNotKept = errors.New("message not kept")
+
+// forgetQoS2 removes an inbound QoS 2 id on PUBREL.
 func (s *session) forgetQoS2(c *client, id uint16) (found bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
