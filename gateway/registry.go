@@ -63,6 +63,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 	}
 	s.mu.Lock()
 	s.conn = c
+	s.gen++ // timers set while it was disconnected are stale now
 	s.online.Store(true)
 	s.expiry = expiry
 	if s.expiryTimer != nil {
@@ -127,11 +128,13 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 			defer r.srv.publishWill(will)
 		} else {
 			s.will = will
-			s.willTimer = time.AfterFunc(delay, func() { r.fireWill(s) })
+			gen := s.gen
+			s.willTimer = time.AfterFunc(delay, func() { r.fireWill(s, gen) })
 		}
 	}
 	if s.expiry < neverExpires {
-		s.expiryTimer = time.AfterFunc(s.expiry, func() { r.expire(s) })
+		gen := s.gen
+		s.expiryTimer = time.AfterFunc(s.expiry, func() { r.expire(s, gen) })
 	}
 	s.mu.Unlock()
 	r.mu.Unlock()
@@ -141,8 +144,12 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 // anyway; kept as a sentinel for clarity.
 const neverExpires = time.Duration(1<<63 - 1)
 
-func (r *registry) fireWill(s *session) {
+func (r *registry) fireWill(s *session, gen uint64) {
 	s.mu.Lock()
+	if s.gen != gen { // stale: the session was resumed since this timer was set
+		s.mu.Unlock()
+		return
+	}
 	w := s.will
 	s.will = nil
 	s.willTimer = nil
@@ -155,10 +162,10 @@ func (r *registry) fireWill(s *session) {
 
 // expire destroys s if it is still disconnected and still the registered
 // session for its id.
-func (r *registry) expire(s *session) {
+func (r *registry) expire(s *session, gen uint64) {
 	r.mu.Lock()
 	s.mu.Lock()
-	if s.conn != nil || s.destroyed || r.sessions[s.id] != s {
+	if s.gen != gen || s.conn != nil || s.destroyed || r.sessions[s.id] != s {
 		s.mu.Unlock()
 		r.mu.Unlock()
 		return

@@ -29,6 +29,7 @@ type session struct {
 
 	mu          sync.Mutex
 	conn        *client // owner, nil while disconnected
+	gen         uint64  // attach count: expiry and will timers of an earlier disconnect are stale
 	expiry      time.Duration
 	expiryTimer *time.Timer
 	destroyed   bool

@@ -260,6 +260,8 @@ func reload(p runParams, files *auth.Files) {
 			log.Error("reload: auth files; keeping the previous rules", "err", err)
 		}
 	}
+	// p.cfg is the config the process started with, which is what still
+	// runs for everything a reload cannot change: compare against it.
 	var restart []string
 	old := p.cfg
 	if cfg.Auth.PasswordFile != old.Auth.PasswordFile || cfg.Auth.ACLFile != old.Auth.ACLFile {
