@@ -115,10 +115,8 @@ func (c *client) setReason(r CloseReason) { c.reason.CompareAndSwap(0, int32(r))
 
 // serve runs the connection to its end.
 func (c *client) serve(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() {
-		c.closeWith(CloseShutdown, packet.ServerShuttingDown)
-	})
-	defer stop()
+	c.srv.watch(ctx, c)
+	defer c.srv.unwatch(ctx, c)
 
 	err := c.readLoop()
 	c.finish()

@@ -124,6 +124,12 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		ackProps.Set(packet.PropMaximumPacketSize)
 		ackProps.TopicAliasMaximum = o.TopicAliasMaximum
 		ackProps.Set(packet.PropTopicAliasMaximum)
+		// Receive Maximum: compliant v5 publishers keep at most this many
+		// QoS 1/2 messages unacknowledged, which bounds what flow control
+		// lets past the per-session limits (docs/behaviour.md). Not
+		// enforced on clients that exceed it.
+		ackProps.ReceiveMaximum = uint16(min(o.MaxInflight, 65535))
+		ackProps.Set(packet.PropReceiveMaximum)
 	}
 
 	// Will.

@@ -112,6 +112,13 @@ type Server struct {
 	stats       counters
 
 	wg sync.WaitGroup // connection-owned goroutines that outlive ServeConn: none yet; timers use AfterFunc
+
+	// Connections by the context they were served under: one
+	// context.AfterFunc per distinct context closes them all when it is
+	// cancelled, instead of one per connection (~150 B each, which an
+	// idle connection cannot afford).
+	watchMu sync.Mutex
+	watches map[<-chan struct{}]*ctxWatch
 }
 
 // New builds a Server. It does no I/O until connections arrive.
@@ -191,4 +198,68 @@ func (s *Server) retain(m *Message) {
 		return
 	}
 	s.retained.Set(m.Topic, m)
+}
+
+// ctxWatch is the set of live connections served under one context.
+type ctxWatch struct {
+	clients map[*client]struct{}
+	stop    func() bool
+}
+
+// watch arranges for c to be closed when ctx is cancelled.
+func (s *Server) watch(ctx context.Context, c *client) {
+	done := ctx.Done()
+	if done == nil {
+		return // never cancelled
+	}
+	s.watchMu.Lock()
+	if s.watches == nil {
+		s.watches = make(map[<-chan struct{}]*ctxWatch)
+	}
+	w := s.watches[done]
+	if w == nil {
+		w = &ctxWatch{clients: make(map[*client]struct{})}
+		w.stop = context.AfterFunc(ctx, func() { s.closeWatched(done) })
+		s.watches[done] = w
+	}
+	w.clients[c] = struct{}{}
+	s.watchMu.Unlock()
+	if ctx.Err() != nil { // cancelled before c was in the set
+		c.closeWith(CloseShutdown, packet.ServerShuttingDown)
+	}
+}
+
+// unwatch removes c; the last connection of a context stops its AfterFunc.
+func (s *Server) unwatch(ctx context.Context, c *client) {
+	done := ctx.Done()
+	if done == nil {
+		return
+	}
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	w := s.watches[done]
+	if w == nil {
+		return
+	}
+	delete(w.clients, c)
+	if len(w.clients) == 0 {
+		w.stop()
+		delete(s.watches, done)
+	}
+}
+
+// closeWatched closes every connection served under a cancelled context.
+func (s *Server) closeWatched(done <-chan struct{}) {
+	s.watchMu.Lock()
+	var cs []*client
+	if w := s.watches[done]; w != nil {
+		cs = make([]*client, 0, len(w.clients))
+		for c := range w.clients {
+			cs = append(cs, c)
+		}
+	}
+	s.watchMu.Unlock()
+	for _, c := range cs {
+		c.closeWith(CloseShutdown, packet.ServerShuttingDown)
+	}
 }
