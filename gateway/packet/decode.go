@@ -43,29 +43,8 @@ var ErrIncomplete = fmt.Errorf("packet: incomplete packet: %w", io.ErrUnexpected
 // Code UnsupportedProtocolVersion and the returned packet is a *Connect with
 // only ProtocolName and Version set, so the caller can answer in kind.
 func Decode(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
-	first, err := r.ReadByte()
+	first, remaining, err := readFixedHeader(r, v, maxSize)
 	if err != nil {
-		return nil, err // io.EOF: the stream ended cleanly between packets
-	}
-	if err := checkHeader(first, v); err != nil {
-		return nil, err
-	}
-	remaining, lenBytes := 0, 0
-	for mult := 1; ; mult <<= 7 {
-		c, err := r.ReadByte()
-		if err != nil {
-			return nil, unexpected(err)
-		}
-		lenBytes++
-		remaining += int(c&0x7f) * mult
-		if c&0x80 == 0 {
-			break
-		}
-		if lenBytes == 4 {
-			return nil, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // [MQTT-1.5.5] v5, 2.2.3 3.1.1
-		}
-	}
-	if err := checkSize(1+lenBytes+remaining, maxSize); err != nil {
 		return nil, err
 	}
 	body := make([]byte, remaining)
@@ -73,6 +52,39 @@ func Decode(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
 		return nil, unexpected(err)
 	}
 	return decodeBody(first, body, v)
+}
+
+// readFixedHeader reads and checks the fixed header: the first byte and the
+// remaining length, capped at 4 bytes and checked against maxSize before
+// anything is allocated. io.EOF means the stream ended cleanly between
+// packets.
+func readFixedHeader(r *bufio.Reader, v Version, maxSize int) (first byte, remaining int, err error) {
+	first, err = r.ReadByte()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := checkHeader(first, v); err != nil {
+		return 0, 0, err
+	}
+	lenBytes := 0
+	for mult := 1; ; mult <<= 7 {
+		c, err := r.ReadByte()
+		if err != nil {
+			return 0, 0, unexpected(err)
+		}
+		lenBytes++
+		remaining += int(c&0x7f) * mult
+		if c&0x80 == 0 {
+			break
+		}
+		if lenBytes == 4 {
+			return 0, 0, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // [MQTT-1.5.5] v5, 2.2.3 3.1.1
+		}
+	}
+	if err := checkSize(1+lenBytes+remaining, maxSize); err != nil {
+		return 0, 0, err
+	}
+	return first, remaining, nil
 }
 
 // Scratch holds the packets [DecodeInto] reuses: one value per type a
@@ -100,29 +112,8 @@ func DecodeInto(r *bufio.Reader, v Version, maxSize int, s *Scratch) (Packet, er
 	if s == nil {
 		return Decode(r, v, maxSize)
 	}
-	first, err := r.ReadByte()
+	first, remaining, err := readFixedHeader(r, v, maxSize)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkHeader(first, v); err != nil {
-		return nil, err
-	}
-	remaining, lenBytes := 0, 0
-	for mult := 1; ; mult <<= 7 {
-		c, err := r.ReadByte()
-		if err != nil {
-			return nil, unexpected(err)
-		}
-		lenBytes++
-		remaining += int(c&0x7f) * mult
-		if c&0x80 == 0 {
-			break
-		}
-		if lenBytes == 4 {
-			return nil, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // [MQTT-1.5.5] v5, 2.2.3 3.1.1
-		}
-	}
-	if err := checkSize(1+lenBytes+remaining, maxSize); err != nil {
 		return nil, err
 	}
 	t := Type(first >> 4)
