@@ -77,6 +77,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 	}
 	if len(s.inflight) > 0 {
 		s.needResend = true
+		s.unsent = len(s.inflight)
 		for _, f := range s.inflight {
 			f.resend = true
 		}

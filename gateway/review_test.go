@@ -125,3 +125,51 @@ func TestNoDeadlockFlowControlAndFailingSink(t *testing.T) {
 		}
 	}
 }
+
+// TestResendOnResumeHonoursReceiveMaximum: in-flight messages re-sent to a
+// resumed v5 session count against the Receive Maximum of the new
+// connection, even when it is smaller than the old one's.
+func TestResendOnResumeHonoursReceiveMaximum(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	connect := func(recvMax uint16) *rawClient {
+		rc, _ := rawConnect(t, b.addr, packet.V5, "rm", false, func(cp *packet.Connect) {
+			cp.Props.SessionExpiry = 60
+			cp.Props.Set(packet.PropSessionExpiry)
+			cp.Props.ReceiveMaximum = recvMax
+			cp.Props.Set(packet.PropReceiveMaximum)
+		})
+		return rc
+	}
+	rc := connect(10)
+	rc.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "rm/#", QoS: 1})
+	pub := pahoClient(t, b.addr, "pub", true, nil)
+	for i := 0; i < 10; i++ {
+		waitTok(t, pub.Publish("rm/x", 1, false, fmt.Sprint(i)), "publish")
+	}
+	for i := 0; i < 10; i++ {
+		rc.nextPublish(5 * time.Second) // received, never acked
+	}
+	rc.close()
+	eventually(t, 5*time.Second, "session offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
+
+	rc2 := connect(2)
+	var got []*packet.Publish
+	for i := 0; i < 2; i++ {
+		p := rc2.nextPublish(5 * time.Second)
+		if !p.Dup {
+			t.Fatalf("resend %d without DUP", i)
+		}
+		got = append(got, p)
+	}
+	rc2.noPacket(200 * time.Millisecond) // the window of 2 is full
+	// Each ack lets exactly one more resend out, in order.
+	for n := 2; n < 10; n++ {
+		rc2.send(&packet.Puback{PacketID: got[0].PacketID})
+		got = got[1:]
+		p := rc2.nextPublish(5 * time.Second)
+		if string(p.Payload) != fmt.Sprint(n) {
+			t.Fatalf("resend %q, want %d (oldest first)", p.Payload, n)
+		}
+		got = append(got, p)
+	}
+}

@@ -44,6 +44,7 @@ type session struct {
 	inflight    map[uint16]*outflight
 	order       []uint16 // in-flight packet ids in send order (resend on resume)
 	needResend  bool
+	unsent      int // in-flight entries flagged resend, not yet sent on the current connection
 	nextID      uint16
 	inboundQoS2 map[uint16]*inbound2 // received, PUBREL not yet seen
 
@@ -306,19 +307,28 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		}
 	}()
 	if s.needResend {
-		s.needResend = false
+		// Resends count against the (possibly smaller) window the new
+		// connection allows [MQTT-4.9.0-2] (v5 Receive Maximum): what is
+		// left waits for acks, oldest first.
+		outstanding := len(s.inflight) - s.unsent
 		for _, id := range s.order {
 			f := s.inflight[id]
 			if !f.resend {
 				continue
 			}
+			if outstanding >= window {
+				break
+			}
 			f.resend = false
+			s.unsent--
+			outstanding++
 			if f.released {
 				out = append(out, outgoing{id: id, pubrel: true})
 			} else {
 				out = append(out, outgoing{q: f.q, id: id, dup: true}) // [MQTT-4.4.0-1]
 			}
 		}
+		s.needResend = s.unsent > 0
 	}
 	var taken int64
 	for s.queue.len() > 0 && taken < maxBytes {
@@ -372,6 +382,9 @@ func (s *session) allocID() uint16 {
 
 // forget removes id from the in-flight set. Caller holds s.mu.
 func (s *session) forget(id uint16, f *outflight) {
+	if f.resend {
+		s.unsent--
+	}
 	delete(s.inflight, id)
 	for i, v := range s.order {
 		if v == id {
@@ -559,6 +572,8 @@ func (s *session) release() []*keep {
 		delete(s.inflight, id)
 	}
 	s.order = nil
+	s.unsent = 0
+	s.needResend = false
 	clear(s.inboundQoS2)
 	for _, it := range s.subs.items {
 		if isSys(it.filter) {
