@@ -193,6 +193,32 @@ func (b *Bridge) Open() error {
 	return nil
 }
 
+// Close releases what Open took when Run will not be called (a start that
+// failed after the bridge was opened): the sinks, the spool and a temporary
+// spool directory. After Run has started, cancelling its ctx is the stop.
+func (b *Bridge) Close() error {
+	if b.running.Load() {
+		return fmt.Errorf("bridge %s: Close while running; cancel Run's context", b.cfg.Name)
+	}
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
+	sp := b.spool.Load()
+	if sp == nil {
+		return nil
+	}
+	for _, f := range b.filters {
+		b.gw.RemoveSink(b.cfg.Name, f)
+	}
+	b.filters = nil
+	err := sp.Close()
+	b.spool.Store(nil)
+	if b.tmpDir != "" {
+		os.RemoveAll(b.tmpDir)
+		b.tmpDir = ""
+	}
+	return err
+}
+
 // Run opens the bridge if needed and keeps the uplink connected until ctx
 // ends. It returns after every goroutine it started has ended, the sinks
 // are removed and the spool is closed.

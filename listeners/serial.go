@@ -78,6 +78,9 @@ func (s *Serial) Listen() error {
 	return nil
 }
 
+// Close does nothing: Listen opens no device (Serve does).
+func (s *Serial) Close() error { return nil }
+
 // Stats returns the link and frame counters.
 func (s *Serial) Stats() SerialStats {
 	st := SerialStats{Skipped: s.skipped.Load(), Logical: s.logical.Load(), State: "stopped"}

@@ -76,6 +76,17 @@ func (l *WebSocket) Listen() error {
 	return nil
 }
 
+// Close unbinds a listener that Listen bound but Serve never ran (a start
+// that failed half-way); Serve closes its own listener when ctx ends.
+func (l *WebSocket) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln == nil {
+		return nil
+	}
+	return l.ln.Close()
+}
+
 // Addr returns the bound address (useful with port 0).
 func (l *WebSocket) Addr() net.Addr {
 	l.mu.Lock()

@@ -53,6 +53,7 @@ func gatewayOptions(cfg config.Config) gateway.Options {
 type listener interface {
 	Listen() error
 	Serve(ctx context.Context, establish listeners.EstablishFunc) error
+	Close() error // only for a listener Serve never ran
 }
 
 // runParams is what runGateway needs; path and level allow SIGHUP reloads.
@@ -84,8 +85,24 @@ func runGateway(ctx context.Context, p runParams) error {
 	}
 	gw := gateway.New(opts, log)
 
-	// Bind every listener before anything is reported ready.
+	// Until the errgroup owns them, listeners bound and bridges opened here
+	// are released by hand if a later step fails.
 	var lns []listener
+	var bridges []*bridge.Bridge
+	started := false
+	defer func() {
+		if started {
+			return
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		for _, b := range bridges {
+			b.Close()
+		}
+	}()
+
+	// Bind every listener before anything is reported ready.
 	var reloaders []*listeners.CertReloader
 	var serials []*listeners.Serial
 	for _, l := range cfg.Listeners {
@@ -105,7 +122,6 @@ func runGateway(ctx context.Context, p runParams) error {
 		lns = append(lns, ln)
 	}
 
-	var bridges []*bridge.Bridge
 	for _, bc := range cfg.Bridges {
 		b, err := bridge.New(bridgeConfig(bc, cfg.Persistence), gw, log)
 		if err != nil {
@@ -132,6 +148,7 @@ func runGateway(ctx context.Context, p runParams) error {
 		}
 	}
 
+	started = true
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return gw.Run(ctx) })
 	for _, b := range bridges {
