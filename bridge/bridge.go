@@ -1,20 +1,25 @@
 package bridge
 
 // Design note. One goroutine (Run's) owns the uplink: it dials, connects a
-// fresh paho client per connection (AutoReconnect off, in-memory store),
-// subscribes the in rules, and while connected runs two helpers it joins
-// before the next attempt:
+// fresh paho client per connection (AutoReconnect off), subscribes the in
+// rules, and while connected runs two helpers it joins before the next
+// attempt:
 //
 //   - the sender takes a window slot (a semaphore of max_inflight), reads the
 //     next message from the spool (Next blocks while the spool is empty) and
 //     hands it to paho; after a reconnect it starts again from the oldest
 //     unacknowledged message, so the backlog drains at full window speed;
-//   - the acker waits for the tokens in send order, acks the spool, frees the
-//     slot, and is the ack watchdog: its timer runs only while a publish is
-//     in flight (idle costs nothing).
+//   - the acker waits for the publishes in send order, acks the spool, frees
+//     the slot, and is the ack watchdog: its timer runs only while a publish
+//     is in flight (idle costs nothing).
 //
-// The spool, not paho's store, is the source of truth: paho's memory store
-// is thrown away with each client, so nothing is re-sent twice.
+// The spool is the source of truth for what is still to be delivered. The
+// QoS 1/2 publishes paho has taken are also in the bridge's uplinkStore,
+// shared by all its paho clients (store.go): with a persistent upstream
+// session paho re-sends them on connect under their original packet ids,
+// which is what makes QoS 2 exactly once across reconnects, and the sender
+// skips them in the spool. With a clean session the store is emptied on
+// connect and the sender re-sends everything from the spool.
 
 import (
 	"context"
@@ -83,6 +88,7 @@ type Stats struct {
 	SpoolDropped  uint64 // messages dropped by the spool's overflow policy
 
 	Sent          uint64 // PUBLISH handed to the uplink (re-sends included)
+	Resumed       uint64 // QoS 1/2 flows re-sent after a reconnect under their original packet id
 	Acked         uint64 // upstream acknowledgements (PUBACK/PUBCOMP; QoS 0 on write)
 	Received      uint64 // inbound messages accepted locally and acked upstream
 	InboundFailed uint64 // inbound messages the gateway refused (not acked upstream)
@@ -99,6 +105,7 @@ type Bridge struct {
 	origin string
 
 	spool    atomic.Pointer[spool.Spool] // set by Open before the sinks are added
+	store    *uplinkStore                // paho's store, shared by the bridge's successive clients
 	openMu   sync.Mutex                  // serialises Open
 	tmpDir   string                      // spool dir made by Open when none is configured; removed by Run
 	filters  []string                    // local filters registered as sinks by Open
@@ -142,6 +149,7 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 		origin:   gateway.BridgeOrigin(cfg.Name),
 		protocol: 0x84,
 	}
+	b.store = newUplinkStore(b.completed)
 	if cfg.NoBridgeFlag {
 		b.protocol = 4
 	}
@@ -258,6 +266,7 @@ func (b *Bridge) Stats() Stats {
 	st.WriteTimeouts = b.writeTimeouts.Load()
 	st.InFlight = b.inflight.Load()
 	st.Sent = b.sent.Load()
+	st.Resumed = b.store.resumed.Load()
 	st.Acked = b.acked.Load()
 	st.Received = b.received.Load()
 	st.InboundFailed = b.inboundFailed.Load()
@@ -303,6 +312,15 @@ func (b *Bridge) setState(s State, addr string, why error) {
 	if err != nil {
 		b.log.Error("publish state", "err", err)
 	}
+}
+
+// completed removes a record from the spool once upstream acknowledged it
+// (PUBACK, PUBCOMP, or a QoS 0 write).
+func (b *Bridge) completed(id spool.ID) {
+	if err := b.spool.Load().Ack(id); err != nil {
+		b.log.Error("spool ack", "id", uint64(id), "err", err)
+	}
+	b.acked.Add(1)
 }
 
 // sink is the bridge's spool as seen by the gateway: a gateway.AsyncSink.
@@ -523,7 +541,7 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
 		SetWriteTimeout(b.cfg.WriteTimeout). // bounds paho's hand-off of a PUBLISH to its writer
 		SetAutoReconnect(false).             // the owner goroutine reconnects
 		SetConnectRetry(false).
-		SetStore(mqtt.NewMemoryStore()). // dropped with the client: the spool re-sends
+		SetStore(b.store). // outlives the client: paho re-sends from it on a persistent session
 		SetOrderMatters(true).
 		SetAutoAckDisabled(true). // inbound acked after gateway.Publish
 		SetResumeSubs(false).
@@ -557,6 +575,15 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
 		}
 		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), err)
 	}
+	// paho has re-sent the stored publishes; the PUBRELs among them hold
+	// packet ids paho does not reserve, so they must complete before any
+	// new SUBSCRIBE or PUBLISH takes an id (store.go).
+	if rels := b.store.pendingPubrels(); len(rels) > 0 {
+		if err := waitAll(ctx, rels, b.cfg.AckTimeout); err != nil {
+			s.waitLost()
+			return nil, fmt.Errorf("complete %d PUBREL re-sent to %s: %w", len(rels), u.Redacted(), err)
+		}
+	}
 	if subs := b.c.subscriptions(); subs != nil {
 		st := s.client.SubscribeMultiple(subs, nil)
 		err := waitToken(ctx, st, b.cfg.AckTimeout)
@@ -589,10 +616,28 @@ func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
 	}
 }
 
+// waitAll waits until every channel in chs is closed, within d or until
+// ctx ends.
+func waitAll(ctx context.Context, chs []<-chan struct{}, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-timer.C:
+			return fmt.Errorf("no answer within %s", d)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // inflight is a publish handed to paho and not yet acknowledged.
 type inflight struct {
 	id   spool.ID
-	tok  mqtt.Token
+	tok  mqtt.Token // nil for a publish paho re-sent from the store on connect
+	out  *outbound  // its store entry (QoS 1/2); nil for QoS 0 or if paho refused it
 	sent time.Time
 }
 
@@ -607,7 +652,8 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	pending := make(chan inflight, b.cfg.MaxInflight) // never blocks: slots bounds it
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); s.send(sctx, slots, pending) }()
+	senderDone := make(chan struct{})
+	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, slots, pending) }()
 	go func() { defer wg.Done(); s.ack(sctx, slots, pending) }()
 
 	var why error
@@ -615,6 +661,8 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	case why = <-s.lost:
 	case <-ctx.Done():
 		why = errors.New("stopped")
+		<-senderDone // it stops with ctx; nothing new is sent
+		s.drain()
 	}
 	if c := s.getCause(); c != nil {
 		why = c
@@ -630,11 +678,54 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	b.setState(Disconnected, "", why)
 }
 
+// stopDrain bounds how long a stopping bridge waits for its in-flight
+// publishes (never more than ack_timeout).
+const stopDrain = 2 * time.Second
+
+// drain waits, on a stop, for the QoS 1/2 publishes in flight to complete
+// (their completion acks the spool through the store), so that a restart
+// does not send them again under new packet ids: the in-process store does
+// not survive the process. It gives up after stopDrain or when the uplink
+// is lost.
+func (s *session) drain() {
+	chs := s.b.store.doneChans()
+	if len(chs) == 0 {
+		return
+	}
+	t := time.NewTimer(min(stopDrain, s.b.cfg.AckTimeout))
+	defer t.Stop()
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-s.lost:
+			return
+		case <-t.C:
+			s.b.log.Warn("stopping with publishes in flight; they are sent again after the restart", "in_flight", s.b.store.len())
+			return
+		}
+	}
+}
+
 // send is the session's sender: it keeps up to max_inflight spool
 // messages in flight, oldest first, starting from the oldest unacked one.
+// The publishes paho re-sent on connect come first: they hold slots and
+// are not sent again.
 func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- inflight) {
 	b := s.b
 	sp := b.spool.Load()
+	resent := make(map[spool.ID]bool)
+	now := time.Now()
+	for _, e := range b.store.pending() {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		resent[e.rec] = true
+		b.inflight.Add(1)
+		b.sent.Add(1)
+		pending <- inflight{id: e.rec, out: e, sent: now}
+	}
 	var last spool.ID
 	for {
 		select {
@@ -642,29 +733,46 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 		case <-ctx.Done():
 			return
 		}
-		id, m, err := sp.Next(ctx, last)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.teardown(fmt.Errorf("spool: %w", err))
+		var (
+			id  spool.ID
+			m   spool.Message
+			err error
+		)
+		for {
+			id, m, err = sp.Next(ctx, last)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.teardown(fmt.Errorf("spool: %w", err))
+				}
+				return
 			}
-			return
+			last = id
+			if !resent[id] {
+				break
+			}
+			delete(resent, id)
 		}
 		b.inflight.Add(1)
 		now := time.Now()
+		var out *outbound
+		if m.QoS > 0 {
+			out = b.store.announce(id)
+		}
 		tok := s.client.Publish(m.Topic, m.QoS, m.Retain, m.Payload)
+		if out != nil && !b.store.taken(out) {
+			out = nil // refused by paho: its token carries the error
+		}
 		b.sent.Add(1)
-		pending <- inflight{id: id, tok: tok, sent: now}
-		last = id
+		pending <- inflight{id: id, tok: tok, out: out, sent: now}
 	}
 }
 
-// ack is the session's acker and ack watchdog: it completes publishes in
-// send order (MQTT acks QoS 1/2 in order [MQTT-4.6.0-2]) and tears the
-// uplink down if the oldest one is older than ack_timeout with nothing
-// read from upstream since it was sent.
+// ack is the session's acker and ack watchdog: it waits for publishes in
+// send order (MQTT acks QoS 1/2 in order [MQTT-4.6.0-2]), frees their
+// window slots, and tears the uplink down if the oldest one is older than
+// ack_timeout with nothing read from upstream since it was sent.
 func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan inflight) {
 	b := s.b
-	sp := b.spool.Load()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -676,12 +784,32 @@ func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan
 			return
 		}
 		timer.Reset(time.Until(f.sent.Add(b.cfg.AckTimeout)))
+		// A QoS 1/2 publish is complete when paho deletes it from the
+		// store (PUBACK/PUBCOMP); its token, if any, reports a failure to
+		// send it. A QoS 0 publish is complete when its token is.
+		var tokDone, stored <-chan struct{}
+		if f.tok != nil {
+			tokDone = f.tok.Done()
+		}
+		if f.out != nil {
+			stored = f.out.done
+		}
 	wait:
 		for {
 			select {
-			case <-f.tok.Done():
+			case <-stored:
 				timer.Stop()
 				break wait
+			case <-tokDone:
+				if err := f.tok.Error(); err != nil {
+					s.teardown(fmt.Errorf("publish: %w", err))
+					return
+				}
+				if stored == nil {
+					timer.Stop()
+					break wait
+				}
+				tokDone = nil // acked; paho's Del came first or follows at once
 			case <-timer.C:
 				if b.lastRead.Load() < f.sent.UnixNano() {
 					b.trips.Add(1)
@@ -693,14 +821,9 @@ func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan
 				return
 			}
 		}
-		if err := f.tok.Error(); err != nil {
-			s.teardown(fmt.Errorf("publish: %w", err))
-			return
+		if f.out == nil { // QoS 0; the store's Del completed the others
+			b.completed(f.id)
 		}
-		if err := sp.Ack(f.id); err != nil {
-			b.log.Error("spool ack", "id", uint64(f.id), "err", err)
-		}
-		b.acked.Add(1)
 		b.inflight.Add(-1)
 		<-slots
 	}

@@ -3,7 +3,7 @@ package bridge
 // The uplink's transport: paho dials through dial (its custom
 // open-connection hook) and gets a deadlineConn, so that every write paho
 // makes, PINGREQ included, has a deadline (field report 003), and every read
-// is time-stamped for the ack watchdog.
+// is time-stamped for the ack watchdog and scanned for PUBRECs (store.go).
 
 import (
 	"context"
@@ -31,6 +31,7 @@ type deadlineConn struct {
 	timeout   time.Duration
 	lastRead  *atomic.Int64 // unix nanos of the last read that returned data
 	onTimeout func(error)
+	scanner   pubrecScanner // paho's reader is the only caller of Read
 }
 
 // writeChunk is the most written under one deadline: write_timeout bounds
@@ -63,6 +64,7 @@ func (c *deadlineConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.lastRead.Store(time.Now().UnixNano())
+		c.scanner.scan(p[:n])
 	}
 	return n, err
 }
@@ -141,5 +143,8 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, slot *connSlot, onTimeout
 	if !slot.set(c) {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
 	}
-	return &deadlineConn{Conn: c, timeout: b.cfg.WriteTimeout, lastRead: &b.lastRead, onTimeout: onTimeout}, nil
+	return &deadlineConn{
+		Conn: c, timeout: b.cfg.WriteTimeout, lastRead: &b.lastRead, onTimeout: onTimeout,
+		scanner: pubrecScanner{onPubrec: b.store.pubrec},
+	}, nil
 }

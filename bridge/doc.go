@@ -58,10 +58,13 @@
 // window of max_inflight: the order of first copies is the local order, and
 // a message whose ack was lost with the connection arrives twice.
 //
-// QoS 2 is exactly once per connection. The bridge drops paho's message
-// store with each connection (the spool is the one source of truth, so
-// nothing is re-sent twice), so a QoS 2 publish whose PUBCOMP was lost with
-// the connection is re-sent under a new packet id and may be delivered
+// QoS 2 is exactly once across reconnects when the upstream session is
+// persistent (clean_session: false): the bridge's paho store outlives each
+// connection, and the flows a lost connection cut are sent again under
+// their packet ids, the PUBLISH before a PUBREC and the PUBREL after one
+// (store.go). A stop waits briefly for the flows in flight. With a clean
+// session the broker forgets the ids, so a QoS 2 publish whose PUBCOMP was
+// lost with the connection is sent again as a new message and may arrive
 // twice.
 //
 // Inbound (cloud to local) messages are acknowledged upstream only after the

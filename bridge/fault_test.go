@@ -122,18 +122,34 @@ func TestBrokerNotBlockedByBlackhole(t *testing.T) {
 }
 
 // TestQoS2AcrossOutage publishes QoS 2 messages locally before and during
-// a blackhole (the freeze catches a full window in flight: PUBREC/PUBCOMP
-// are delayed), and checks that every one arrives upstream, first copies
-// in order, at QoS 2. The duplicates are counted and reported: QoS 2 is
-// exactly once per connection, at least once across reconnects (doc.go),
-// so at most one window per lost connection may arrive twice.
+// blackholes (each freeze catches a full window in flight, with PUBREC and
+// PUBCOMP delayed, so flows are cut in every phase), and checks that every
+// one arrives upstream, first copies in order, at QoS 2. With a persistent
+// upstream session it is exactly once: paho re-sends the cut flows with
+// their original packet ids (the PUBREL once a PUBREC came). With a clean
+// session the broker forgets the ids, so at most one window per lost
+// connection may arrive twice; the duplicates are reported.
 func TestQoS2AcrossOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		clean   bool
+		outages int
+	}{
+		{"persistent", false, 3},
+		{"clean", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testQoS2AcrossOutage(t, tc.clean, tc.outages) })
+	}
+}
+
+func testQoS2AcrossOutage(t *testing.T, clean bool, outages int) {
 	const before, during = 200, 200
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
 	px.setAckDelay(10 * time.Millisecond)
 	cfg := testConfig(t, "b1", px.url())
+	cfg.CleanSession = clean
 	cfg.Topics = []bridge.Rule{{Pattern: "q2/#", Direction: bridge.Out, QoS: 2, RemotePrefix: "site-a/"}}
 	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 2)
 	b := runBridge(t, cfg, gw.srv)
@@ -152,14 +168,19 @@ func TestQoS2AcrossOutage(t *testing.T) {
 			}
 		}
 	}
-	pub(0, before)
-	inFlight := b.Stats().InFlight
-	px.freeze()
-	pub(before, during)
-	b.waitState(t, bridge.Disconnected)
-	px.unfreeze()
-	b.waitState(t, bridge.Connected)
-	const n = before + during
+	n := 0
+	var inFlight []int64
+	for range outages {
+		pub(n, before)
+		n += before
+		inFlight = append(inFlight, b.Stats().InFlight)
+		px.freeze()
+		pub(n, during)
+		n += during
+		b.waitState(t, bridge.Disconnected)
+		px.unfreeze()
+		b.waitState(t, bridge.Connected)
+	}
 	eventually(t, 30*time.Second, "all QoS 2 messages upstream", func() bool {
 		return upSub.len() >= n && countDistinct(upSub.all(), "site-a/q2/t") == n
 	})
@@ -172,9 +193,141 @@ func TestQoS2AcrossOutage(t *testing.T) {
 		}
 	}
 	st := b.Stats()
-	t.Logf("QOS2 published=%d (before=%d during=%d) delivered=%d distinct=%d duplicates=%d in-flight at freeze=%d disconnects=%d sent=%d acked=%d",
-		n, before, during, len(all), n, dups, inFlight, st.Disconnects, st.Sent, st.Acked)
+	_, dupPub, resentRel := px.counts()
+	t.Logf("QOS2 clean_session=%v published=%d outages=%d delivered=%d distinct=%d duplicates=%d in-flight at freezes=%v disconnects=%d sent=%d resumed=%d (DUP PUBLISH %d, re-sent PUBREL %d) acked=%d",
+		clean, n, outages, len(all), n, dups, inFlight, st.Disconnects, st.Sent, st.Resumed, dupPub, resentRel, st.Acked)
+	if !clean {
+		if dups != 0 {
+			t.Errorf("%d duplicates with a persistent upstream session; want exactly once", dups)
+		}
+		if st.Resumed == 0 {
+			t.Errorf("no publish was re-sent from the store: the outages cut no flow, the test proves nothing")
+		}
+		return
+	}
 	if limit := int(st.Disconnects) * cfg.MaxInflight; dups > limit {
 		t.Errorf("%d duplicates, more than one window (%d) per lost connection (%d)", dups, cfg.MaxInflight, st.Disconnects)
+	}
+}
+
+// TestQoS2LostAck cuts QoS 2 flows at one phase each: the broker's PUBREC
+// is lost (the broker has the message, the bridge must re-send the PUBLISH
+// under the same packet id, which the broker recognises) or its PUBCOMP is
+// lost (the broker has released the id, so a re-sent PUBLISH would be a
+// new message: the bridge must re-send the PUBREL). Each message must
+// arrive upstream exactly once.
+func TestQoS2LostAck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		typ  byte
+	}{
+		{"pubrec", 5},
+		{"pubcomp", 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 40
+			up := startMosquitto(t)
+			gw := startGateway(t)
+			px := startProxy(t, up.addr())
+			cfg := testConfig(t, "b1", px.url())
+			cfg.CleanSession = false
+			cfg.AckTimeout = time.Minute // the test cuts the connection itself
+			cfg.Topics = []bridge.Rule{{Pattern: "q2/#", Direction: bridge.Out, QoS: 2}}
+			upSub := subscribe(t, up.addr(), "up-sub", "q2/#", 2)
+			b := runBridge(t, cfg, gw.srv)
+			b.waitState(t, bridge.Connected)
+			lc := client(t, gw.addr, "local-pub")
+
+			px.swallow(tc.typ)
+			toks := make([]mqtt.Token, n/2)
+			for i := range toks {
+				toks[i] = lc.Publish("q2/t", 2, false, "m"+strconv.Itoa(i))
+			}
+			for _, tok := range toks {
+				if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+					t.Fatalf("local publish: %v", tok.Error())
+				}
+			}
+			eventually(t, 10*time.Second, "a full window of acks swallowed", func() bool {
+				sw, _, _ := px.counts()
+				return sw >= cfg.MaxInflight
+			})
+			px.swallow(0)
+			px.reset()
+			b.waitState(t, bridge.Disconnected)
+			b.waitState(t, bridge.Connected)
+			for i := n / 2; i < n; i++ {
+				publish(t, lc, "q2/t", 2, "m"+strconv.Itoa(i))
+			}
+			eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+			eventually(t, 10*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })
+			time.Sleep(200 * time.Millisecond) // a late duplicate would arrive now
+			all := upSub.all()
+			dups := inOrder(t, all, "q2/t", "m", n)
+			sw, dupPub, resentRel := px.counts()
+			st := b.Stats()
+			t.Logf("QOS2 lost=%s swallowed=%d resumed=%d DUP PUBLISH=%d re-sent PUBREL=%d delivered=%d duplicates=%d",
+				tc.name, sw, st.Resumed, dupPub, resentRel, len(all), dups)
+			if dups != 0 {
+				t.Errorf("%d duplicates; want exactly once", dups)
+			}
+			switch tc.typ {
+			case 5:
+				if dupPub < cfg.MaxInflight || resentRel != 0 {
+					t.Errorf("lost PUBREC: want %d PUBLISH re-sent with DUP and no PUBREL, got %d and %d", cfg.MaxInflight, dupPub, resentRel)
+				}
+			case 7:
+				if resentRel < cfg.MaxInflight || dupPub != 0 {
+					t.Errorf("lost PUBCOMP: want %d PUBREL re-sent and no PUBLISH, got %d and %d", cfg.MaxInflight, resentRel, dupPub)
+				}
+			}
+		})
+	}
+}
+
+// TestQoS2StopDrains stops a bridge while QoS 2 publishes are in flight
+// (the broker's acks are slow) and starts a new one on the same spool: a
+// stopping bridge waits for its in-flight flows to complete (the packet ids
+// live only in memory), so nothing arrives twice across the restart and
+// nothing is lost. A first batch goes through before, so that the ids in
+// flight at the stop are not the ones a fresh paho client starts with.
+func TestQoS2StopDrains(t *testing.T) {
+	const n, first = 60, 20
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	px := startProxy(t, up.addr())
+	cfg := testConfig(t, "b1", px.url())
+	cfg.CleanSession = false
+	cfg.Topics = []bridge.Rule{{Pattern: "q2/#", Direction: bridge.Out, QoS: 2}}
+	upSub := subscribe(t, up.addr(), "up-sub", "q2/#", 2)
+	b1 := runBridge(t, cfg, gw.srv)
+	b1.waitState(t, bridge.Connected)
+	lc := client(t, gw.addr, "local-pub")
+	toks := make([]mqtt.Token, n)
+	for i := range toks {
+		if i == first {
+			eventually(t, 5*time.Second, "the first batch upstream", func() bool { return b1.Stats().Acked == first })
+			px.setAckDelay(200 * time.Millisecond)
+		}
+		toks[i] = lc.Publish("q2/t", 2, false, "m"+strconv.Itoa(i))
+	}
+	for _, tok := range toks {
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("local publish: %v", tok.Error())
+		}
+	}
+	eventually(t, 5*time.Second, "a full window in flight", func() bool { return b1.Stats().InFlight == int64(cfg.MaxInflight) })
+	b1.stop(t)
+	st1 := b1.Stats()
+
+	b2 := runBridge(t, cfg, gw.srv)
+	eventually(t, 20*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })
+	eventually(t, 5*time.Second, "spool empty", func() bool { return b2.Stats().SpoolMessages == 0 })
+	time.Sleep(300 * time.Millisecond) // a late duplicate would arrive now
+	all := upSub.all()
+	dups := inOrder(t, all, "q2/t", "m", n)
+	t.Logf("QOS2 stop with %d in flight: first bridge acked %d, spool left %d; delivered=%d duplicates=%d", cfg.MaxInflight, st1.Acked, st1.SpoolMessages, len(all), dups)
+	if dups != 0 {
+		t.Errorf("%d duplicates across a stop and start; want exactly once", dups)
 	}
 }

@@ -4,17 +4,22 @@ package bridge_test
 // (CONVENTIONS 17): it forwards whole MQTT packets and can freeze (stop
 // forwarding both ways while keeping both sockets open: a half-open
 // uplink, where not even a close gets through), refuse new connections,
-// reset every connection, and delay packets from the broker. It
+// reset every connection, delay packets from the broker, and swallow
+// packets of one type from the broker (a lost PUBREC or PUBCOMP). It
 // counts QoS 1/2 PUBLISH packets it forwarded upstream that have not yet
-// been acknowledged back to the bridge.
+// been acknowledged back to the bridge, and the re-sends after a
+// reconnect: PUBLISH with DUP set, and PUBREL for an id with no PUBREC on
+// that connection. PROXY_TRACE=1 logs every publish-flow packet.
 
 import (
 	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -35,6 +40,26 @@ type proxy struct {
 	conns       []net.Conn
 	maxOutstand int // largest per-connection count of unacked QoS>0 PUBLISH
 	accepted    int
+	swallowType byte // packet type from the broker not forwarded (0: none)
+	swallowed   int
+	dupPublish  int // PUBLISH with DUP set forwarded upstream
+	resentRel   int // PUBREL forwarded upstream for an id with no PUBREC on its connection
+}
+
+// swallow stops forwarding packets of type typ (5 PUBREC, 7 PUBCOMP) from
+// the broker to the bridge; 0 forwards everything again.
+func (p *proxy) swallow(typ byte) {
+	p.mu.Lock()
+	p.swallowType = typ
+	p.mu.Unlock()
+}
+
+// counts returns how many packets were swallowed, DUP PUBLISH and re-sent
+// PUBREL forwarded.
+func (p *proxy) counts() (swallowed, dupPublish, resentRel int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.swallowed, p.dupPublish, p.resentRel
 }
 
 func startProxy(t testing.TB, target string) *proxy {
@@ -153,7 +178,7 @@ func (p *proxy) accept() {
 		}
 		p.track(c)
 		p.track(up)
-		pc := &pconn{p: p, out: map[uint16]bool{}}
+		pc := &pconn{p: p, out: map[uint16]bool{}, recs: map[uint16]bool{}}
 		p.wg.Add(2)
 		go pc.pipe(c, up, true)
 		go pc.pipe(up, c, false)
@@ -162,9 +187,10 @@ func (p *proxy) accept() {
 
 // pconn is one proxied connection.
 type pconn struct {
-	p   *proxy
-	mu  sync.Mutex
-	out map[uint16]bool // QoS>0 PUBLISH ids sent upstream, not yet acked to the bridge
+	p    *proxy
+	mu   sync.Mutex
+	out  map[uint16]bool // QoS>0 PUBLISH ids sent upstream, not yet acked to the bridge
+	recs map[uint16]bool // ids of PUBREC forwarded to the bridge, not yet PUBREL'd
 }
 
 type frame struct {
@@ -219,13 +245,23 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 			pc.p.gate()
 			return
 		}
+		if os.Getenv("PROXY_TRACE") != "" {
+			tracePacket(pc, up, b)
+		}
 		due := time.Now()
 		if up {
 			pc.sent(b)
 		} else {
 			pc.p.mu.Lock()
 			due = due.Add(pc.p.ackDelay)
+			drop := b[0]>>4 == pc.p.swallowType
+			if drop {
+				pc.p.swallowed++
+			}
 			pc.p.mu.Unlock()
+			if drop {
+				continue
+			}
 		}
 		select {
 		case frames <- frame{b, due}:
@@ -236,8 +272,26 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 }
 
 func (pc *pconn) sent(b []byte) {
+	if b[0]>>4 == 6 { // PUBREL
+		id := binary.BigEndian.Uint16(b[2:])
+		pc.mu.Lock()
+		resent := !pc.recs[id]
+		delete(pc.recs, id)
+		pc.mu.Unlock()
+		if resent {
+			pc.p.mu.Lock()
+			pc.p.resentRel++
+			pc.p.mu.Unlock()
+		}
+		return
+	}
 	if b[0]>>4 != 3 || (b[0]>>1)&3 == 0 {
 		return
+	}
+	if b[0]&0x08 != 0 {
+		pc.p.mu.Lock()
+		pc.p.dupPublish++
+		pc.p.mu.Unlock()
 	}
 	body := b[1:]
 	for body[0]&0x80 != 0 { // skip remaining length
@@ -256,7 +310,14 @@ func (pc *pconn) sent(b []byte) {
 }
 
 func (pc *pconn) acked(b []byte) {
-	if typ := b[0] >> 4; typ != 4 && typ != 7 { // PUBACK, PUBCOMP
+	typ := b[0] >> 4
+	if typ == 5 { // PUBREC
+		pc.mu.Lock()
+		pc.recs[binary.BigEndian.Uint16(b[2:])] = true
+		pc.mu.Unlock()
+		return
+	}
+	if typ != 4 && typ != 7 { // PUBACK, PUBCOMP
 		return
 	}
 	id := binary.BigEndian.Uint16(b[2:])
@@ -316,4 +377,33 @@ func (p *proxy) reset() {
 	for _, c := range conns {
 		c.Close()
 	}
+}
+
+func tracePacket(pc *pconn, up bool, b []byte) {
+	typ := b[0] >> 4
+	if typ < 3 || typ > 7 {
+		return
+	}
+	body := b[1:]
+	for body[0]&0x80 != 0 {
+		body = body[1:]
+	}
+	body = body[1:]
+	dir := "down"
+	if up {
+		dir = "up"
+	}
+	if typ == 3 {
+		tl := int(binary.BigEndian.Uint16(body))
+		qos := (b[0] >> 1) & 3
+		var id uint16
+		p := body[2+tl:]
+		if qos > 0 {
+			id = binary.BigEndian.Uint16(p)
+			p = p[2:]
+		}
+		fmt.Fprintf(os.Stderr, "TRACE %p %s PUBLISH id=%d dup=%v %s\n", pc, dir, id, b[0]&8 != 0, p)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "TRACE %p %s %d id=%d\n", pc, dir, typ, binary.BigEndian.Uint16(body))
 }

@@ -1,0 +1,280 @@
+package bridge
+
+// Design note: exactly once across reconnects. MQTT makes a QoS 2 publish
+// exactly once only if, after a lost connection, the client re-sends it in
+// the same upstream session under the same packet id: the PUBLISH again
+// (DUP) if no PUBREC came back, the PUBREL once one did. A new packet id
+// makes it a new message to the broker, delivered twice if the first copy
+// got through.
+//
+// paho assigns packet ids and re-sends with them only from its Store, on
+// connect, when the session is persistent (resume). So the bridge gives
+// every paho client it makes the same uplinkStore, which lives as long as
+// the bridge: paho puts each QoS 1/2 PUBLISH into it as it hands it to the
+// socket and deletes it at the PUBACK/PUBCOMP, and the next client re-sends
+// what is left, oldest first, with the original ids. The store tells the
+// bridge which spool record each entry is (the sender announces it just
+// before Publish, which calls Put synchronously), and Del is the signal
+// that the record may leave the spool: Del acks it there itself, because
+// a flow may complete while no session's acker is watching (a PUBREL
+// re-sent during connect, say).
+//
+// paho 1.5.1 never replaces a stored PUBLISH by its PUBREL, so it would
+// re-send the PUBLISH after a PUBREC, which a broker that already released
+// the id takes as a new message. The bridge's connection reader sees every
+// PUBREC go by (pubrecScanner) and turns the entry into a PUBREL first.
+//
+// paho re-sends a stored PUBREL without reserving its packet id, so until
+// those PUBRELs are complete a new publish or subscribe could get the same
+// id; connect waits for them (pendingPubrels) before it subscribes or the
+// sender starts.
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+)
+
+// outbound is one upstream QoS 1/2 publish that paho has taken and the
+// broker has not completed.
+type outbound struct {
+	rec  spool.ID // the spool record it carries
+	pid  uint16   // upstream packet id; 0 until paho stored it
+	pkt  packets.ControlPacket
+	done chan struct{} // closed by Del: PUBACK or PUBCOMP arrived
+}
+
+// released reports whether the broker sent PUBREC for it (it is a PUBREL
+// now). Caller holds the store's mu.
+func (e *outbound) released() bool {
+	_, ok := e.pkt.(*packets.PubrelPacket)
+	return ok
+}
+
+// uplinkStore is the bridge's paho Store, shared by its successive
+// clients; see the design note above. Its methods are safe for concurrent
+// use: paho calls them from the sender (Publish) and its own goroutines.
+type uplinkStore struct {
+	complete func(rec spool.ID) // called by Del, outside mu, when a flow completed
+	resumed  atomic.Uint64      // outbound entries handed to paho's resume (All)
+
+	mu   sync.Mutex
+	next *outbound            // the publish the sender is handing to paho
+	out  map[uint16]*outbound // by packet id
+	in   map[string]packets.ControlPacket
+}
+
+var _ mqtt.Store = (*uplinkStore)(nil)
+
+func newUplinkStore(complete func(rec spool.ID)) *uplinkStore {
+	return &uplinkStore{
+		complete: complete,
+		out:      make(map[uint16]*outbound),
+		in:       make(map[string]packets.ControlPacket),
+	}
+}
+
+// announce tells the store that the next PUBLISH paho stores carries
+// spool record rec; the sender calls it just before Publish.
+func (s *uplinkStore) announce(rec spool.ID) *outbound {
+	e := &outbound{rec: rec, done: make(chan struct{})}
+	s.mu.Lock()
+	s.next = e
+	s.mu.Unlock()
+	return e
+}
+
+// taken ends an announcement after Publish returned and reports whether
+// paho stored the publish (it does not when it refuses it outright, e.g.
+// not connected).
+func (s *uplinkStore) taken(e *outbound) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.next == e {
+		s.next = nil
+	}
+	return e.pid != 0
+}
+
+// pubrec records that the broker sent PUBREC for packet id pid: from now
+// on a re-send is the PUBREL, never the PUBLISH again.
+func (s *uplinkStore) pubrec(pid uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.out[pid]; e != nil && !e.released() {
+		rel := packets.NewControlPacket(packets.Pubrel).(*packets.PubrelPacket)
+		rel.MessageID = pid
+		e.pkt = rel
+	}
+}
+
+// pending returns the publishes not yet completed, oldest first: after a
+// connect, paho has just re-sent them in that order.
+func (s *uplinkStore) pending() []*outbound {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sortedLocked()
+}
+
+// pendingPubrels returns the completion channels of the stored PUBRELs.
+func (s *uplinkStore) pendingPubrels() []<-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var chs []<-chan struct{}
+	for _, e := range s.out {
+		if e.released() {
+			chs = append(chs, e.done)
+		}
+	}
+	return chs
+}
+
+// doneChans returns the completion channels of the publishes not yet
+// completed.
+func (s *uplinkStore) doneChans() []<-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	chs := make([]<-chan struct{}, 0, len(s.out))
+	for _, e := range s.out {
+		chs = append(chs, e.done)
+	}
+	return chs
+}
+
+// len returns the number of publishes not yet completed.
+func (s *uplinkStore) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.out)
+}
+
+func (s *uplinkStore) sortedLocked() []*outbound {
+	es := make([]*outbound, 0, len(s.out))
+	for _, e := range s.out {
+		es = append(es, e)
+	}
+	slices.SortFunc(es, func(a, b *outbound) int { return cmp.Compare(a.rec, b.rec) })
+	return es
+}
+
+// Open is part of mqtt.Store; the store outlives paho's clients.
+func (s *uplinkStore) Open() {}
+
+// Close is part of mqtt.Store; the store outlives paho's clients.
+func (s *uplinkStore) Close() {}
+
+// Put is called by paho for a PUBLISH it sends (QoS 1/2), a SUBSCRIBE or
+// UNSUBSCRIBE (ignored: the bridge subscribes itself on every connect) and
+// for inbound QoS 2 state.
+func (s *uplinkStore) Put(key string, p packets.ControlPacket) {
+	inbound, pid, ok := parseKey(key)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inbound {
+		s.in[key] = p
+		return
+	}
+	switch p := p.(type) {
+	case *packets.PublishPacket:
+		if e := s.next; e != nil {
+			s.next = nil
+			e.pid, e.pkt = pid, p
+			s.out[pid] = e
+		}
+	case *packets.PubrelPacket:
+		if e := s.out[pid]; e != nil {
+			e.pkt = p
+		}
+	}
+}
+
+// Get is part of mqtt.Store.
+func (s *uplinkStore) Get(key string) packets.ControlPacket {
+	inbound, pid, ok := parseKey(key)
+	if !ok {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inbound {
+		return s.in[key]
+	}
+	if e := s.out[pid]; e != nil {
+		return e.pkt
+	}
+	return nil
+}
+
+// All returns the outbound keys oldest record first (the order paho
+// re-sends them in), then the inbound ones. paho calls it only to resume
+// a persistent session on connect.
+func (s *uplinkStore) All() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resumed.Add(uint64(len(s.out)))
+	keys := make([]string, 0, len(s.out)+len(s.in))
+	for _, e := range s.sortedLocked() {
+		keys = append(keys, "o."+strconv.Itoa(int(e.pid)))
+	}
+	in := make([]string, 0, len(s.in))
+	for k := range s.in {
+		in = append(in, k)
+	}
+	slices.Sort(in)
+	return append(keys, in...)
+}
+
+// Del is called by paho when a flow completed: for an outbound key, the
+// PUBACK or PUBCOMP arrived.
+func (s *uplinkStore) Del(key string) {
+	inbound, pid, ok := parseKey(key)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if inbound {
+		delete(s.in, key)
+		s.mu.Unlock()
+		return
+	}
+	e := s.out[pid]
+	delete(s.out, pid)
+	s.mu.Unlock()
+	if e != nil {
+		s.complete(e.rec)
+		close(e.done)
+	}
+}
+
+// Reset is called by paho on a clean-session connect: the broker forgot
+// the session, so nothing can be completed any more. The entries are
+// dropped without completing them; their records stay in the spool and
+// the sender sends them again as new messages.
+func (s *uplinkStore) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.out)
+	clear(s.in)
+}
+
+// parseKey splits paho's store key "o.<id>" or "i.<id>".
+func parseKey(key string) (inbound bool, pid uint16, ok bool) {
+	if len(key) < 3 || key[1] != '.' || (key[0] != 'i' && key[0] != 'o') {
+		return false, 0, false
+	}
+	n, err := strconv.ParseUint(key[2:], 10, 16)
+	if err != nil || n == 0 {
+		return false, 0, false
+	}
+	return key[0] == 'i', uint16(n), true
+}

@@ -1,0 +1,114 @@
+package bridge
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+)
+
+func publishPacket(pid uint16, qos byte) *packets.PublishPacket {
+	p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+	p.MessageID, p.Qos, p.TopicName = pid, qos, "t"
+	return p
+}
+
+// TestUplinkStore walks the store through paho's calls for a few flows:
+// announce+Put on Publish, PUBREC seen on the wire, resume on a new
+// connection (All/Get), Del at PUBACK/PUBCOMP, Reset on a clean session.
+func TestUplinkStore(t *testing.T) {
+	var completed []spool.ID
+	s := newUplinkStore(func(rec spool.ID) { completed = append(completed, rec) })
+
+	// Three publishes; paho gives them ids out of record order.
+	pids := map[spool.ID]uint16{7: 3, 8: 1, 9: 2}
+	es := map[spool.ID]*outbound{}
+	for _, rec := range []spool.ID{7, 8, 9} {
+		e := s.announce(rec)
+		s.Put("o."+strconv.Itoa(int(pids[rec])), publishPacket(pids[rec], 2))
+		if !s.taken(e) {
+			t.Fatalf("record %d: not taken after Put", rec)
+		}
+		es[rec] = e
+	}
+	// A publish paho refused (no Put) is not taken, and the next Put does
+	// not pick up its stale announcement.
+	e := s.announce(10)
+	if s.taken(e) {
+		t.Fatal("record 10 taken without a Put")
+	}
+	s.Put("o.4", publishPacket(4, 1)) // no announcement: ignored
+	s.Put("o.5", &packets.SubscribePacket{FixedHeader: packets.FixedHeader{MessageType: packets.Subscribe, Qos: 1}, MessageID: 5})
+	s.Put("i.9", publishPacket(9, 2)) // inbound QoS 2 state is kept for paho
+
+	s.pubrec(1)  // record 8 reached the broker
+	s.pubrec(42) // unknown id: nothing happens
+	if got := s.All(); !slices.Equal(got, []string{"o.3", "o.1", "o.2", "i.9"}) {
+		t.Fatalf("All = %v, want outbound by record (7, 8, 9) then inbound", got)
+	}
+	if s.resumed.Load() != 3 {
+		t.Fatalf("resumed = %d, want 3", s.resumed.Load())
+	}
+	if _, ok := s.Get("o.1").(*packets.PubrelPacket); !ok {
+		t.Fatalf("record 8 after PUBREC: Get = %T, want the PUBREL", s.Get("o.1"))
+	}
+	if _, ok := s.Get("o.3").(*packets.PublishPacket); !ok {
+		t.Fatalf("record 7: Get = %T, want the PUBLISH", s.Get("o.3"))
+	}
+	if s.Get("o.5") != nil || s.Get("o.4") != nil {
+		t.Fatal("SUBSCRIBE or unannounced PUBLISH stored")
+	}
+	if rels := s.pendingPubrels(); len(rels) != 1 {
+		t.Fatalf("%d pending PUBRELs, want 1", len(rels))
+	}
+
+	s.Del("o.1")
+	s.Del("o.1") // twice: no second completion
+	s.Del("i.9")
+	select {
+	case <-es[8].done:
+	default:
+		t.Fatal("record 8 not completed by Del")
+	}
+	if !slices.Equal(completed, []spool.ID{8}) {
+		t.Fatalf("completed %v, want [8]", completed)
+	}
+	if got := s.pending(); len(got) != 2 || got[0].rec != 7 || got[1].rec != 9 {
+		t.Fatalf("pending after Del: %v", got)
+	}
+
+	s.Reset() // clean session: dropped, not completed
+	if s.len() != 0 || len(s.All()) != 0 || !slices.Equal(completed, []spool.ID{8}) {
+		t.Fatalf("after Reset: %d entries, completed %v", s.len(), completed)
+	}
+	select {
+	case <-es[7].done:
+		t.Fatal("Reset completed record 7")
+	default:
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	for _, tc := range []struct {
+		key     string
+		inbound bool
+		pid     uint16
+		ok      bool
+	}{
+		{"o.1", false, 1, true},
+		{"i.65535", true, 65535, true},
+		{"o.0", false, 0, false},
+		{"o.65536", false, 0, false},
+		{"x.1", false, 0, false},
+		{"o.", false, 0, false},
+		{"o1", false, 0, false},
+	} {
+		in, pid, ok := parseKey(tc.key)
+		if in != tc.inbound || pid != tc.pid || ok != tc.ok {
+			t.Errorf("parseKey(%q) = %v %d %v, want %v %d %v", tc.key, in, pid, ok, tc.inbound, tc.pid, tc.ok)
+		}
+	}
+}
