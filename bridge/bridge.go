@@ -752,12 +752,19 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 			}
 			delete(resent, id)
 		}
-		b.inflight.Add(1)
-		now := time.Now()
 		var out *outbound
 		if m.QoS > 0 {
+			if busy := b.store.wireBusy(id); busy != nil {
+				select { // a record 65535 older holds the wire id
+				case <-busy:
+				case <-ctx.Done():
+					return
+				}
+			}
 			out = b.store.announce(id)
 		}
+		b.inflight.Add(1)
+		now := time.Now()
 		tok := s.client.Publish(m.Topic, m.QoS, m.Retain, m.Payload)
 		if out != nil && !b.store.taken(out) {
 			out = nil // refused by paho: its token carries the error

@@ -3,7 +3,8 @@ package bridge
 // The uplink's transport: paho dials through dial (its custom
 // open-connection hook) and gets a deadlineConn, so that every write paho
 // makes, PINGREQ included, has a deadline (field report 003), and every read
-// is time-stamped for the ack watchdog and scanned for PUBRECs (store.go).
+// is time-stamped for the ack watchdog; the publish flows' packet ids are
+// rewritten on the way (wireid.go).
 
 import (
 	"context"
@@ -31,7 +32,13 @@ type deadlineConn struct {
 	timeout   time.Duration
 	lastRead  *atomic.Int64 // unix nanos of the last read that returned data
 	onTimeout func(error)
-	scanner   pubrecScanner // paho's reader is the only caller of Read
+	store     *uplinkStore
+
+	// Read side, used only by paho's reader goroutine.
+	acks  ackRewriter
+	rbuf  []byte // read from the socket
+	ready []byte // filtered, not yet returned to paho
+	rerr  error  // the socket's error, returned once ready is drained
 }
 
 // writeChunk is the most written under one deadline: write_timeout bounds
@@ -40,6 +47,7 @@ type deadlineConn struct {
 const writeChunk = 32 << 10
 
 func (c *deadlineConn) Write(p []byte) (int, error) {
+	rewriteOutgoing(c.store, p)
 	done := 0
 	for done < len(p) {
 		end := min(len(p), done+writeChunk)
@@ -60,14 +68,31 @@ func (c *deadlineConn) Write(p []byte) (int, error) {
 	return done, nil
 }
 
+// Read returns the upstream bytes with the packet ids of acks rewritten
+// (wireid.go). paho reads a packet's header a byte at a time, so the
+// connection reads the socket in blocks of its own.
 func (c *deadlineConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.lastRead.Store(time.Now().UnixNano())
-		c.scanner.scan(p[:n])
+	for len(c.ready) == 0 {
+		if c.rerr != nil {
+			return 0, c.rerr
+		}
+		if c.rbuf == nil {
+			c.rbuf = make([]byte, readBlock, 2*readBlock+8)
+		}
+		n, err := c.Conn.Read(c.rbuf[:readBlock])
+		if n > 0 {
+			c.lastRead.Store(time.Now().UnixNano())
+			c.ready = c.acks.filter(c.rbuf[:n], c.rbuf[readBlock:readBlock])
+		}
+		c.rerr = err
 	}
-	return n, err
+	n := copy(p, c.ready)
+	c.ready = c.ready[n:]
+	return n, nil
 }
+
+// readBlock is the most read from the socket at once.
+const readBlock = 4 << 10
 
 // SetDeadline only sets the read deadline: writes keep their own.
 func (c *deadlineConn) SetDeadline(t time.Time) error { return c.Conn.SetReadDeadline(t) }
@@ -145,6 +170,6 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, slot *connSlot, onTimeout
 	}
 	return &deadlineConn{
 		Conn: c, timeout: b.cfg.WriteTimeout, lastRead: &b.lastRead, onTimeout: onTimeout,
-		scanner: pubrecScanner{onPubrec: b.store.pubrec},
+		store: b.store, acks: ackRewriter{st: b.store},
 	}, nil
 }

@@ -62,7 +62,11 @@
 // persistent (clean_session: false): the bridge's paho store outlives each
 // connection, and the flows a lost connection cut are sent again under
 // their packet ids, the PUBLISH before a PUBREC and the PUBREL after one
-// (store.go). A stop waits briefly for the flows in flight. With a clean
+// (store.go). A stop waits briefly for the flows in flight. The packet ids
+// on the wire are derived from the spool records (wireid.go), so after a
+// crash the restarted bridge re-sends unfinished flows under the ids the
+// broker knows, and a new message never collides with an old flow the
+// broker still holds. With a clean
 // session the broker forgets the ids, so a QoS 2 publish whose PUBCOMP was
 // lost with the connection is sent again as a new message and may arrive
 // twice.

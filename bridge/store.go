@@ -22,7 +22,9 @@ package bridge
 // paho 1.5.1 never replaces a stored PUBLISH by its PUBREL, so it would
 // re-send the PUBLISH after a PUBREC, which a broker that already released
 // the id takes as a new message. The bridge's connection reader sees every
-// PUBREC go by (pubrecScanner) and turns the entry into a PUBREL first.
+// PUBREC go by (ackRewriter) and turns the entry into a PUBREL first.
+//
+// The ids paho assigns are not the ones on the wire: see wireid.go.
 //
 // paho re-sends a stored PUBREL without reserving its packet id, so until
 // those PUBRELs are complete a new publish or subscribe could get the same
@@ -46,7 +48,8 @@ import (
 // broker has not completed.
 type outbound struct {
 	rec  spool.ID // the spool record it carries
-	pid  uint16   // upstream packet id; 0 until paho stored it
+	pid  uint16   // paho's packet id; 0 until paho stored it
+	wire uint16   // the packet id on the wire: wireID(rec)
 	pkt  packets.ControlPacket
 	done chan struct{} // closed by Del: PUBACK or PUBCOMP arrived
 }
@@ -67,7 +70,8 @@ type uplinkStore struct {
 
 	mu   sync.Mutex
 	next *outbound            // the publish the sender is handing to paho
-	out  map[uint16]*outbound // by packet id
+	out  map[uint16]*outbound // by paho's packet id
+	wire map[uint16]*outbound // by wire packet id
 	in   map[string]packets.ControlPacket
 }
 
@@ -77,6 +81,7 @@ func newUplinkStore(complete func(rec spool.ID)) *uplinkStore {
 	return &uplinkStore{
 		complete: complete,
 		out:      make(map[uint16]*outbound),
+		wire:     make(map[uint16]*outbound),
 		in:       make(map[string]packets.ControlPacket),
 	}
 }
@@ -103,16 +108,43 @@ func (s *uplinkStore) taken(e *outbound) bool {
 	return e.pid != 0
 }
 
-// pubrec records that the broker sent PUBREC for packet id pid: from now
-// on a re-send is the PUBREL, never the PUBLISH again.
-func (s *uplinkStore) pubrec(pid uint16) {
+// wireBusy returns a channel to wait on if record rec's wire id is taken
+// by a publish still in flight (one 65535 records older), else nil.
+func (s *uplinkStore) wireBusy(rec spool.ID) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.out[pid]; e != nil && !e.released() {
+	if e := s.wire[wireID(rec)]; e != nil {
+		return e.done
+	}
+	return nil
+}
+
+// wireOf returns the wire id of paho's packet id pid (0 if unknown).
+func (s *uplinkStore) wireOf(pid uint16) uint16 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.out[pid]; e != nil {
+		return e.wire
+	}
+	return 0
+}
+
+// pahoOf returns paho's packet id for an ack of wire id w (0 if unknown).
+// A PUBREC also records that the broker has the message: from now on a
+// re-send is the PUBREL, never the PUBLISH again.
+func (s *uplinkStore) pahoOf(w uint16, pubrec bool) uint16 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.wire[w]
+	if e == nil {
+		return 0
+	}
+	if pubrec && !e.released() {
 		rel := packets.NewControlPacket(packets.Pubrel).(*packets.PubrelPacket)
-		rel.MessageID = pid
+		rel.MessageID = e.pid
 		e.pkt = rel
 	}
+	return e.pid
 }
 
 // pending returns the publishes not yet completed, oldest first: after a
@@ -188,8 +220,9 @@ func (s *uplinkStore) Put(key string, p packets.ControlPacket) {
 	case *packets.PublishPacket:
 		if e := s.next; e != nil {
 			s.next = nil
-			e.pid, e.pkt = pid, p
+			e.pid, e.pkt, e.wire = pid, p, wireID(e.rec)
 			s.out[pid] = e
+			s.wire[e.wire] = e
 		}
 	case *packets.PubrelPacket:
 		if e := s.out[pid]; e != nil {
@@ -248,7 +281,10 @@ func (s *uplinkStore) Del(key string) {
 		return
 	}
 	e := s.out[pid]
-	delete(s.out, pid)
+	if e != nil {
+		delete(s.out, pid)
+		delete(s.wire, e.wire)
+	}
 	s.mu.Unlock()
 	if e != nil {
 		s.complete(e.rec)
@@ -264,6 +300,7 @@ func (s *uplinkStore) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.out)
+	clear(s.wire)
 	clear(s.in)
 }
 

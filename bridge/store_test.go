@@ -44,8 +44,12 @@ func TestUplinkStore(t *testing.T) {
 	s.Put("o.5", &packets.SubscribePacket{FixedHeader: packets.FixedHeader{MessageType: packets.Subscribe, Qos: 1}, MessageID: 5})
 	s.Put("i.9", publishPacket(9, 2)) // inbound QoS 2 state is kept for paho
 
-	s.pubrec(1)  // record 8 reached the broker
-	s.pubrec(42) // unknown id: nothing happens
+	if pid := s.pahoOf(wireID(8), true); pid != 1 { // record 8 reached the broker
+		t.Fatalf("PUBREC for record 8's wire id maps to paho id %d, want 1", pid)
+	}
+	if pid := s.pahoOf(wireID(42), true); pid != 0 { // unknown: nothing happens
+		t.Fatalf("unknown wire id maps to %d", pid)
+	}
 	if got := s.All(); !slices.Equal(got, []string{"o.3", "o.1", "o.2", "i.9"}) {
 		t.Fatalf("All = %v, want outbound by record (7, 8, 9) then inbound", got)
 	}
