@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,57 @@ func TestMetricsAndHealth(t *testing.T) {
 	problems = []string{"bridge cloud disconnected for 10m0s"}
 	if code, body := get(t, base+"/healthz"); code != 503 || !strings.Contains(body, "bridge cloud") {
 		t.Fatalf("/healthz = %d %q, want 503 naming the bridge", code, body)
+	}
+}
+
+// TestExposition checks the hand-written text format: families sorted, one
+// HELP and TYPE each, label pairs sorted by name, values escaped, and the
+// go_* and process_* series Prometheus' Go client used to export.
+func TestExposition(t *testing.T) {
+	e := newExpo()
+	e.counter("b_total", "B.").v(3, "z", "1", "a", `q"\`+"\n")
+	e.gauge("a", "A help\\ with\nnewline.").v(1.5).v(2e7, "k", "v")
+	collectRuntime(e)
+	collectProcess(e)
+	var sb strings.Builder
+	if err := e.writeTo(&sb); err != nil {
+		t.Fatal(err)
+	}
+	out := sb.String()
+	for _, want := range []string{
+		"# HELP a A help\\\\ with\\nnewline.\n# TYPE a gauge\na 1.5\na{k=\"v\"} 2e+07\n",
+		"# HELP b_total B.\n# TYPE b_total counter\nb_total{a=\"q\\\"\\\\\\n\",z=\"1\"} 3\n",
+		"go_goroutines ", "go_threads ", `go_info{version="go`, "go_gc_gogc_percent ",
+		"go_gc_gomemlimit_bytes ", "go_gc_duration_seconds_count ", `go_gc_duration_seconds{quantile="0.5"} `,
+		"go_memstats_heap_inuse_bytes ", "go_memstats_alloc_bytes_total ", "go_memstats_next_gc_bytes ",
+		"go_memstats_sys_bytes ", "go_sched_gomaxprocs_threads ",
+		"process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ",
+		"process_max_fds ", "process_start_time_seconds ", "process_virtual_memory_bytes ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exposition lacks %q", want)
+		}
+	}
+	var names []string
+	seen := map[string]bool{}
+	for line := range strings.Lines(out) {
+		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name := strings.Fields(rest)[0]
+			if seen[name] {
+				t.Errorf("family %s twice", name)
+			}
+			seen[name] = true
+			names = append(names, name)
+			continue
+		}
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if f := strings.Fields(line); len(f) < 2 {
+			t.Errorf("malformed sample line %q", line)
+		}
+	}
+	if !slices.IsSorted(names) {
+		t.Errorf("families not sorted: %v", names)
 	}
 }
