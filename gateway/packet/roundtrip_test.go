@@ -59,3 +59,49 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeIntoLargePublish: a PUBLISH from 1 KiB on, whose payload
+// DecodeInto reads into an allocation of its own, decodes as Decode does
+// (also when its header is corrupt or it is cut short), at every level,
+// with the header whole in the buffer or arriving in pieces.
+func TestDecodeIntoLargePublish(t *testing.T) {
+	dirty := new(packet.Scratch)
+	for _, v := range levels {
+		t.Run(v.String(), func(t *testing.T) {
+			rapid.Check(t, func(rt *rapid.T) {
+				p := genPacket(rt, packet.PUBLISH, v).(*packet.Publish)
+				p.Payload = rapid.SliceOfN(rapid.Byte(), 900, 5000).Draw(rt, "payload")
+				b, err := packet.Append(nil, p, v)
+				if err != nil {
+					rt.Fatalf("Append: %v", err)
+				}
+				// Corrupt one byte of the first 16 (fixed and variable
+				// header) or cut the packet short, sometimes.
+				switch rapid.IntRange(0, 3).Draw(rt, "mutation") {
+				case 1:
+					i := rapid.IntRange(1, min(16, len(b)-1)).Draw(rt, "at")
+					b[i] = rapid.Byte().Draw(rt, "byte")
+				case 2:
+					b = b[:rapid.IntRange(1, len(b)-1).Draw(rt, "cut")]
+				}
+				want, werr := packet.Decode(bufio.NewReader(bytes.NewReader(b)), v, 0)
+				for _, r := range []*bufio.Reader{
+					bufio.NewReaderSize(bytes.NewReader(b), 16),
+					bufio.NewReader(iotest.HalfReader(bytes.NewReader(b))),
+					bufio.NewReaderSize(bytes.NewReader(b), len(b)+16),
+				} {
+					got, err := packet.DecodeInto(r, v, 0, dirty)
+					if errText(err) != errText(werr) {
+						rt.Fatalf("DecodeInto error %v, Decode %v", err, werr)
+					}
+					if werr == nil && !reflect.DeepEqual(got, want) {
+						rt.Fatalf("DecodeInto = %#v\nDecode = %#v", got, want)
+					}
+					if gp, ok := got.(*packet.Publish); ok && len(gp.Payload) > 0 && cap(gp.Payload) != len(gp.Payload) {
+						rt.Fatalf("payload cap %d > len %d: appending could write into shared memory", cap(gp.Payload), len(gp.Payload))
+					}
+				}
+			})
+		})
+	}
+}
