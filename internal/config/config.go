@@ -143,6 +143,29 @@ type Limits struct {
 	MaxQueuedMessages int   `mapstructure:"max_queued_messages"` // per session
 	MaxQueuedBytes    int64 `mapstructure:"max_queued_bytes"`    // per session
 	MemoryBudget      int64 `mapstructure:"memory_budget"`       // all queued payloads
+	// MemoryLimit is the Go runtime's soft memory limit (heap, stacks and
+	// runtime metadata; not the mapped binary): the garbage collector works
+	// harder as the process nears it. 0 = derived, see
+	// DerivedMemoryLimit. The GOMEMLIMIT environment variable overrides it.
+	MemoryLimit int64 `mapstructure:"memory_limit"`
+	// GCPercent is the garbage collector's target (GOGC): the heap may grow
+	// this many percent over the live data between collections; -1 turns
+	// the proportional target off (the memory limit alone triggers GC).
+	// The GOGC environment variable overrides it.
+	GCPercent int `mapstructure:"gc_percent"`
+}
+
+// DerivedMemoryLimit is the memory limit used when MemoryLimit is 0: twice
+// the memory budget plus 32 MiB. The budget bounds the queued payloads; the
+// rest of the process (message headers, connections and their buffers,
+// bridges, the GC's own headroom) gets as much again plus a fixed 32 MiB.
+// With the defaults, 160 MiB: below the MemoryHigh=192M the systemd unit
+// suggests for a 512 MiB board.
+func (l Limits) DerivedMemoryLimit() int64 {
+	if l.MemoryLimit > 0 {
+		return l.MemoryLimit
+	}
+	return 2*l.MemoryBudget + 32*MiB
 }
 
 // Sessions configures persistent sessions.
@@ -232,6 +255,12 @@ type Metrics struct {
 	BridgeDownAfter time.Duration `mapstructure:"bridge_down_after"`
 }
 
+// DefaultGCPercent is limits.gc_percent's default. Half of Go's 100: a
+// gateway's live heap is mostly queued payloads (no pointers, cheap to
+// mark), so collecting twice as often costs little CPU, and the heap
+// overshoot after a burst is halved (bench/README.md, slowsub).
+const DefaultGCPercent = 50
+
 // Default returns the configuration used when no file is given: a working
 // local broker on 127.0.0.1:1883 with limits safe for a 512 MiB board.
 func Default() Config {
@@ -249,6 +278,7 @@ func Default() Config {
 			MaxQueuedMessages: 1000,
 			MaxQueuedBytes:    4 * MiB,
 			MemoryBudget:      64 * MiB,
+			GCPercent:         DefaultGCPercent,
 		},
 		Sessions:    Sessions{MaxExpiry: 24 * time.Hour},
 		Auth:        Auth{AllowAnonymous: true},

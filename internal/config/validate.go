@@ -211,7 +211,24 @@ func (c Config) validateLimits(es *Errors) {
 	}
 	positiveSize(es, "limits.max_queued_bytes", l.MaxQueuedBytes)
 	positiveSize(es, "limits.memory_budget", l.MemoryBudget)
+	switch {
+	case l.MemoryLimit < 0:
+		es.add("limits.memory_limit", "must be >= 0 (0 = derived from memory_budget; got %d)", l.MemoryLimit)
+	case l.MemoryLimit > 0 && l.MemoryLimit < l.MemoryBudget:
+		es.add("limits.memory_limit", "must be 0 (derived) or at least limits.memory_budget %s (got %s): the queued payloads alone may reach the budget",
+			FormatSize(l.MemoryBudget), FormatSize(l.MemoryLimit))
+	}
+	if l.GCPercent != -1 && (l.GCPercent < minGCPercent || l.GCPercent > maxGCPercent) {
+		es.add("limits.gc_percent", "must be -1 (off) or in %d..%d (got %d)", minGCPercent, maxGCPercent, l.GCPercent)
+	}
 }
+
+// gc_percent bounds: below 10 the collector runs almost continuously;
+// above 1000 the heap may grow to 11 times the live data.
+const (
+	minGCPercent = 10
+	maxGCPercent = 1000
+)
 
 // keepalive checks a keepalive-like duration: 0 = off, else whole seconds
 // up to 65535s.

@@ -57,6 +57,15 @@ func TestValidate(t *testing.T) {
 			c.Metrics.Address = "localhost:http"
 		}, []string{"listeners[0].address", "metrics.address"}},
 		{"port range", func(c *Config) { c.Listeners[0].Address = "0.0.0.0:70000" }, []string{"listeners[0].address"}},
+		{"runtime knobs valid", func(c *Config) {
+			c.Limits.MemoryLimit, c.Limits.GCPercent = 96*MiB, -1
+		}, nil},
+		{"runtime knobs", func(c *Config) {
+			c.Limits.MemoryLimit, c.Limits.GCPercent = 32*MiB, 0 // below the 64 MiB budget; 0 is not "off"
+		}, []string{"limits.memory_limit", "limits.gc_percent"}},
+		{"runtime knobs range", func(c *Config) {
+			c.Limits.MemoryLimit, c.Limits.GCPercent = -1, 5000
+		}, []string{"limits.memory_limit", "limits.gc_percent"}},
 		{"no listeners", func(c *Config) { c.Listeners = nil }, []string{"listeners"}},
 		{"duplicate listeners", func(c *Config) {
 			l := c.Listeners[0]
@@ -93,7 +102,8 @@ func TestValidate(t *testing.T) {
 		}, []string{"listeners[0].path", "listeners[0].device", "listeners[0]"}},
 		{"limits", func(c *Config) {
 			c.Limits = Limits{MaxPacketSize: 300 << 20, ConnectTimeout: 10, WriteTimeout: -time.Second,
-				KeepaliveMax: 70000 * time.Second, ServerKeepalive: 1500 * time.Millisecond, MaxInflight: 70000}
+				KeepaliveMax: 70000 * time.Second, ServerKeepalive: 1500 * time.Millisecond, MaxInflight: 70000,
+				GCPercent: DefaultGCPercent}
 		}, []string{"limits.max_connections", "limits.max_packet_size", "limits.connect_timeout", "limits.write_timeout",
 			"limits.keepalive_max", "limits.server_keepalive", "limits.max_inflight", "limits.max_queued_messages",
 			"limits.max_queued_bytes", "limits.memory_budget"}},
@@ -295,5 +305,36 @@ func TestWriteYAMLRoundTrip(t *testing.T) {
 	back.Bridges[0].Password = "hunter2"
 	if !reflect.DeepEqual(back, c) {
 		t.Fatalf("round trip differs:\n got %+v\nwant %+v", back, c)
+	}
+}
+
+// TestRuntimeKnobs: limits.memory_limit and limits.gc_percent load from the
+// file and the environment, and the memory limit is derived from the
+// memory budget when 0.
+func TestRuntimeKnobs(t *testing.T) {
+	d := Default()
+	if d.Limits.GCPercent != DefaultGCPercent || d.Limits.MemoryLimit != 0 {
+		t.Fatalf("defaults: gc_percent %d, memory_limit %d", d.Limits.GCPercent, d.Limits.MemoryLimit)
+	}
+	if got := d.Limits.DerivedMemoryLimit(); got != 160*MiB {
+		t.Fatalf("derived memory limit with the defaults = %d, want 160 MiB", got)
+	}
+	c, err := Load(writeFile(t, "limits:\n  memory_budget: 16MiB\n  gc_percent: 80\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.GCPercent != 80 || c.Limits.DerivedMemoryLimit() != 64*MiB {
+		t.Fatalf("file: gc_percent %d, derived limit %d", c.Limits.GCPercent, c.Limits.DerivedMemoryLimit())
+	}
+	c, err = Load("", []string{"EDGEGW_LIMITS_MEMORY_LIMIT=100MiB", "EDGEGW_LIMITS_GC_PERCENT=-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.MemoryLimit != 100*MiB || c.Limits.DerivedMemoryLimit() != 100*MiB || c.Limits.GCPercent != -1 {
+		t.Fatalf("env: %+v", c.Limits)
+	}
+	_, err = Load("", []string{"EDGEGW_LIMITS_GC_PERCENT=5"})
+	if err == nil || !strings.Contains(err.Error(), "$EDGEGW_LIMITS_GC_PERCENT") || !strings.Contains(err.Error(), "limits.gc_percent") {
+		t.Fatalf("gc_percent 5 from env: %v", err)
 	}
 }

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"runtime/debug"
+
+	"github.com/edgegw/edgegw/internal/config"
+)
+
+// runtimeSettings is what applyRuntime set. A zero value means the
+// environment's GOGC / GOMEMLIMIT was left in charge.
+type runtimeSettings struct {
+	GCPercent   int    // limits.gc_percent applied; 0 = GOGC from the environment
+	MemoryLimit int64  // limits.memory_limit (or its derived value) applied; 0 = GOMEMLIMIT from the environment
+	Env         string // "GOGC", "GOMEMLIMIT" or both: the variables that overrode the config
+}
+
+// runtimeKnobs are the runtime/debug setters, replaceable in tests (they
+// change the whole process).
+var runtimeKnobs = struct {
+	setGCPercent   func(int) int
+	setMemoryLimit func(int64) int64
+}{debug.SetGCPercent, debug.SetMemoryLimit}
+
+// applyRuntime sets the Go runtime's GC target and soft memory limit from
+// the limits section, so that the shipped service (and the benchmark, which
+// runs it with its config) collects as configured without a systemd
+// Environment= line. GOGC and GOMEMLIMIT in the environment win: the
+// runtime already read them, and an operator who sets them means it.
+func applyRuntime(l config.Limits, getenv func(string) string) runtimeSettings {
+	var rs runtimeSettings
+	if getenv("GOGC") == "" {
+		runtimeKnobs.setGCPercent(l.GCPercent)
+		rs.GCPercent = l.GCPercent
+	} else {
+		rs.Env = "GOGC"
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		rs.MemoryLimit = l.DerivedMemoryLimit()
+		runtimeKnobs.setMemoryLimit(rs.MemoryLimit)
+	} else if rs.Env == "" {
+		rs.Env = "GOMEMLIMIT"
+	} else {
+		rs.Env += " GOMEMLIMIT"
+	}
+	return rs
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/edgegw/edgegw/internal/config"
+)
+
+// TestApplyRuntime: the limits section sets the GC target and the memory
+// limit (derived from memory_budget when memory_limit is 0), and GOGC /
+// GOMEMLIMIT in the environment leave the runtime's own setting alone.
+func TestApplyRuntime(t *testing.T) {
+	saved := runtimeKnobs
+	defer func() { runtimeKnobs = saved }()
+	var gotGC []int
+	var gotLimit []int64
+	runtimeKnobs.setGCPercent = func(p int) int { gotGC = append(gotGC, p); return 100 }
+	runtimeKnobs.setMemoryLimit = func(n int64) int64 { gotLimit = append(gotLimit, n); return n }
+
+	l := config.Default().Limits
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+
+	rs := applyRuntime(l, getenv)
+	if rs != (runtimeSettings{GCPercent: config.DefaultGCPercent, MemoryLimit: 160 * config.MiB}) {
+		t.Fatalf("defaults: %+v", rs)
+	}
+	if len(gotGC) != 1 || gotGC[0] != config.DefaultGCPercent || len(gotLimit) != 1 || gotLimit[0] != 160*config.MiB {
+		t.Fatalf("defaults: SetGCPercent %v, SetMemoryLimit %v", gotGC, gotLimit)
+	}
+
+	l.MemoryLimit, l.GCPercent = 96*config.MiB, -1
+	gotGC, gotLimit = nil, nil
+	rs = applyRuntime(l, getenv)
+	if rs.GCPercent != -1 || rs.MemoryLimit != 96*config.MiB || gotGC[0] != -1 || gotLimit[0] != 96*config.MiB {
+		t.Fatalf("explicit: %+v, %v %v", rs, gotGC, gotLimit)
+	}
+
+	env["GOGC"], env["GOMEMLIMIT"] = "200", "1GiB"
+	gotGC, gotLimit = nil, nil
+	rs = applyRuntime(l, getenv)
+	if len(gotGC) != 0 || len(gotLimit) != 0 || rs != (runtimeSettings{Env: "GOGC GOMEMLIMIT"}) {
+		t.Fatalf("environment set: %+v, SetGCPercent %v, SetMemoryLimit %v", rs, gotGC, gotLimit)
+	}
+	delete(env, "GOGC")
+	gotGC, gotLimit = nil, nil
+	rs = applyRuntime(l, getenv)
+	if len(gotGC) != 1 || len(gotLimit) != 0 || rs.Env != "GOMEMLIMIT" {
+		t.Fatalf("GOMEMLIMIT set: %+v, SetGCPercent %v, SetMemoryLimit %v", rs, gotGC, gotLimit)
+	}
+}
