@@ -46,10 +46,14 @@ echo "== build"
 $GO build -o bin/edgegw-bench ./cmd/edgegw-bench
 $GO build -o bin/bench-report ./bench/report
 edgegw_label=edgegw
-if ! $GO build -o bin/edgegw ./cmd/edgegw 2>"$work/build.log"; then
+# edgegw is built the way it ships (Makefile `build`, scripts/build-dist.sh):
+# static, no cgo. A cgo build maps libc and its own threads: ~1.5 MiB more
+# RSS than the binary the .deb installs.
+ship_build() { CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' "$@"; }
+if ! ship_build -o bin/edgegw ./cmd/edgegw 2>"$work/build.log"; then
   echo "   cmd/edgegw does not build (see below); using the in-process core stand-in bench/gatewayd"
   sed 's/^/   /' "$work/build.log" | head -5
-  $GO build -o bin/bench-gatewayd ./bench/gatewayd
+  ship_build -o bin/bench-gatewayd ./bench/gatewayd
   edgegw_label=edgegw-core
 fi
 

@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sync"
 	"syscall"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/config"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -27,10 +29,20 @@ func main() {
 	flag.IntVar(&o.MaxQueuedMessages, "max-queued-messages", 1000, "limits.max_queued_messages")
 	flag.Int64Var(&o.MaxQueuedBytes, "max-queued-bytes", 4<<20, "limits.max_queued_bytes")
 	flag.Int64Var(&o.MemoryBudget, "memory-budget", 64<<20, "limits.memory_budget")
+	gcPercent := flag.Int("gc-percent", config.DefaultGCPercent, "limits.gc_percent (GOGC in the environment wins)")
+	memLimit := flag.Int64("memory-limit", 0, "limits.memory_limit; 0 = derived from memory-budget (GOMEMLIMIT in the environment wins)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile at exit to this file")
 	flag.Parse()
 	o.AllowAnonymous = true
+	// The runtime settings cmd/edgegw applies from its limits section.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*gcPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		l := config.Limits{MemoryBudget: o.MemoryBudget, MemoryLimit: *memLimit}
+		debug.SetMemoryLimit(l.DerivedMemoryLimit())
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
