@@ -14,29 +14,34 @@ type runtimeSettings struct {
 	Env         string // "GOGC", "GOMEMLIMIT" or both: the variables that overrode the config
 }
 
-// runtimeKnobs are the runtime/debug setters, replaceable in tests (they
-// change the whole process).
-var runtimeKnobs = struct {
+// runtimeKnobs are the runtime/debug setters; tests pass their own (the
+// real ones change the whole process).
+type runtimeKnobs struct {
 	setGCPercent   func(int) int
 	setMemoryLimit func(int64) int64
-}{debug.SetGCPercent, debug.SetMemoryLimit}
+}
+
+// processRuntime is the real thing.
+func processRuntime() runtimeKnobs {
+	return runtimeKnobs{debug.SetGCPercent, debug.SetMemoryLimit}
+}
 
 // applyRuntime sets the Go runtime's GC target and soft memory limit from
 // the limits section, so that the shipped service (and the benchmark, which
 // runs it with its config) collects as configured without a systemd
 // Environment= line. GOGC and GOMEMLIMIT in the environment win: the
 // runtime already read them, and an operator who sets them means it.
-func applyRuntime(l config.Limits, getenv func(string) string) runtimeSettings {
+func applyRuntime(l config.Limits, getenv func(string) string, knobs runtimeKnobs) runtimeSettings {
 	var rs runtimeSettings
 	if getenv("GOGC") == "" {
-		runtimeKnobs.setGCPercent(l.GCPercent)
+		knobs.setGCPercent(l.GCPercent)
 		rs.GCPercent = l.GCPercent
 	} else {
 		rs.Env = "GOGC"
 	}
 	if getenv("GOMEMLIMIT") == "" {
 		rs.MemoryLimit = l.DerivedMemoryLimit()
-		runtimeKnobs.setMemoryLimit(rs.MemoryLimit)
+		knobs.setMemoryLimit(rs.MemoryLimit)
 	} else if rs.Env == "" {
 		rs.Env = "GOMEMLIMIT"
 	} else {

@@ -10,18 +10,17 @@ import (
 // limit (derived from memory_budget when memory_limit is 0), and GOGC /
 // GOMEMLIMIT in the environment leave the runtime's own setting alone.
 func TestApplyRuntime(t *testing.T) {
-	saved := runtimeKnobs
-	defer func() { runtimeKnobs = saved }()
+	var knobs runtimeKnobs
 	var gotGC []int
 	var gotLimit []int64
-	runtimeKnobs.setGCPercent = func(p int) int { gotGC = append(gotGC, p); return 100 }
-	runtimeKnobs.setMemoryLimit = func(n int64) int64 { gotLimit = append(gotLimit, n); return n }
+	knobs.setGCPercent = func(p int) int { gotGC = append(gotGC, p); return 100 }
+	knobs.setMemoryLimit = func(n int64) int64 { gotLimit = append(gotLimit, n); return n }
 
 	l := config.Default().Limits
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
 
-	rs := applyRuntime(l, getenv)
+	rs := applyRuntime(l, getenv, knobs)
 	if rs != (runtimeSettings{GCPercent: config.DefaultGCPercent, MemoryLimit: 160 * config.MiB}) {
 		t.Fatalf("defaults: %+v", rs)
 	}
@@ -31,20 +30,20 @@ func TestApplyRuntime(t *testing.T) {
 
 	l.MemoryLimit, l.GCPercent = 96*config.MiB, -1
 	gotGC, gotLimit = nil, nil
-	rs = applyRuntime(l, getenv)
+	rs = applyRuntime(l, getenv, knobs)
 	if rs.GCPercent != -1 || rs.MemoryLimit != 96*config.MiB || gotGC[0] != -1 || gotLimit[0] != 96*config.MiB {
 		t.Fatalf("explicit: %+v, %v %v", rs, gotGC, gotLimit)
 	}
 
 	env["GOGC"], env["GOMEMLIMIT"] = "200", "1GiB"
 	gotGC, gotLimit = nil, nil
-	rs = applyRuntime(l, getenv)
+	rs = applyRuntime(l, getenv, knobs)
 	if len(gotGC) != 0 || len(gotLimit) != 0 || rs != (runtimeSettings{Env: "GOGC GOMEMLIMIT"}) {
 		t.Fatalf("environment set: %+v, SetGCPercent %v, SetMemoryLimit %v", rs, gotGC, gotLimit)
 	}
 	delete(env, "GOGC")
 	gotGC, gotLimit = nil, nil
-	rs = applyRuntime(l, getenv)
+	rs = applyRuntime(l, getenv, knobs)
 	if len(gotGC) != 1 || len(gotLimit) != 0 || rs.Env != "GOMEMLIMIT" {
 		t.Fatalf("GOMEMLIMIT set: %+v, SetGCPercent %v, SetMemoryLimit %v", rs, gotGC, gotLimit)
 	}

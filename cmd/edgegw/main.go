@@ -167,7 +167,7 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 	log := newLeveledLogger(cfg.Log, stderr, level)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rs := applyRuntime(cfg.Limits, os.Getenv)
+	rs := applyRuntime(cfg.Limits, os.Getenv, processRuntime())
 	log.Info("starting", "version", version, "commit", buildCommit(), "config", path,
 		"gc_percent", rs.GCPercent, "memory_limit", config.FormatSize(rs.MemoryLimit), "runtime_env", rs.Env)
 	if err := runGateway(ctx, runParams{cfg: cfg, path: path, log: log, level: level}); err != nil {
