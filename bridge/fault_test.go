@@ -287,11 +287,24 @@ func TestQoS2LostAck(t *testing.T) {
 
 // TestQoS2StopDrains stops a bridge while QoS 2 publishes are in flight
 // (the broker's acks are slow) and starts a new one on the same spool: a
-// stopping bridge waits for its in-flight flows to complete (the packet ids
-// live only in memory), so nothing arrives twice across the restart and
-// nothing is lost. A first batch goes through before, so that the ids in
-// flight at the stop are not the ones a fresh paho client starts with.
-func TestQoS2StopDrains(t *testing.T) {
+// stopping bridge waits for its in-flight flows to complete, so nothing
+// arrives twice across the restart and nothing is lost.
+func TestQoS2StopDrains(t *testing.T) { testQoS2Restart(t, false) }
+
+// TestQoS2AfterCrash is the same with a stop that cannot wait (the uplink
+// is frozen, as after a crash or a power cut): the cloud broker keeps the
+// old process's QoS 2 flows in its session, and a new bridge on the same
+// spool must send each unfinished record under the packet id the old one
+// used. With paho's own ids (from 1 for every new client) the new messages
+// collided with the old flows, and the broker dropped them as duplicates.
+func TestQoS2AfterCrash(t *testing.T) { testQoS2Restart(t, true) }
+
+// testQoS2Restart runs a first batch through (so that the ids in flight at
+// the stop are not the ones a fresh paho client starts with), stops the
+// bridge with a full window of slow QoS 2 flows in flight (frozen first if
+// crash), and checks that a new bridge on the same spool delivers every
+// message exactly once.
+func testQoS2Restart(t *testing.T, crash bool) {
 	const n, first = 60, 20
 	up := startMosquitto(t)
 	gw := startGateway(t)
@@ -317,59 +330,15 @@ func TestQoS2StopDrains(t *testing.T) {
 		}
 	}
 	eventually(t, 5*time.Second, "a full window in flight", func() bool { return b1.Stats().InFlight == int64(cfg.MaxInflight) })
+	if crash {
+		px.freeze() // the broker has the PUBLISHes; its PUBRECs never come back
+	}
 	b1.stop(t)
 	st1 := b1.Stats()
-
-	b2 := runBridge(t, cfg, gw.srv)
-	eventually(t, 20*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })
-	eventually(t, 5*time.Second, "spool empty", func() bool { return b2.Stats().SpoolMessages == 0 })
-	time.Sleep(300 * time.Millisecond) // a late duplicate would arrive now
-	all := upSub.all()
-	dups := inOrder(t, all, "q2/t", "m", n)
-	t.Logf("QOS2 stop with %d in flight: first bridge acked %d, spool left %d; delivered=%d duplicates=%d", cfg.MaxInflight, st1.Acked, st1.SpoolMessages, len(all), dups)
-	if dups != 0 {
-		t.Errorf("%d duplicates across a stop and start; want exactly once", dups)
+	if crash {
+		px.unfreeze()
+		px.reset()
 	}
-}
-
-// TestQoS2AfterCrash is TestQoS2StopDrains with a stop that cannot wait
-// (the uplink is frozen, as after a crash or a power cut): the cloud broker
-// keeps the old process's QoS 2 flows in its session, and a new bridge on
-// the same spool must send each unfinished record under the packet id the
-// old one used. With paho's own ids (from 1 for every new client) the new
-// messages collided with the old flows, and the broker dropped them as
-// duplicates.
-func TestQoS2AfterCrash(t *testing.T) {
-	const n, first = 60, 20
-	up := startMosquitto(t)
-	gw := startGateway(t)
-	px := startProxy(t, up.addr())
-	cfg := testConfig(t, "b1", px.url())
-	cfg.CleanSession = false
-	cfg.Topics = []bridge.Rule{{Pattern: "q2/#", Direction: bridge.Out, QoS: 2}}
-	upSub := subscribe(t, up.addr(), "up-sub", "q2/#", 2)
-	b1 := runBridge(t, cfg, gw.srv)
-	b1.waitState(t, bridge.Connected)
-	lc := client(t, gw.addr, "local-pub")
-	toks := make([]mqtt.Token, n)
-	for i := range toks {
-		if i == first {
-			eventually(t, 5*time.Second, "the first batch upstream", func() bool { return b1.Stats().Acked == first })
-			px.setAckDelay(200 * time.Millisecond)
-		}
-		toks[i] = lc.Publish("q2/t", 2, false, "m"+strconv.Itoa(i))
-	}
-	for _, tok := range toks {
-		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("local publish: %v", tok.Error())
-		}
-	}
-	eventually(t, 5*time.Second, "a full window in flight", func() bool { return b1.Stats().InFlight == int64(cfg.MaxInflight) })
-	px.freeze() // the broker has the PUBLISHes; its PUBRECs never come back
-	b1.stop(t)
-	st1 := b1.Stats()
-	px.unfreeze()
-	px.reset()
 	px.setAckDelay(0)
 
 	b2 := runBridge(t, cfg, gw.srv)
@@ -378,8 +347,9 @@ func TestQoS2AfterCrash(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // a late duplicate would arrive now
 	all := upSub.all()
 	dups := inOrder(t, all, "q2/t", "m", n)
-	t.Logf("QOS2 crash with %d in flight: first bridge acked %d, spool left %d; delivered=%d duplicates=%d", cfg.MaxInflight, st1.Acked, st1.SpoolMessages, len(all), dups)
+	t.Logf("QOS2 crash=%v with %d in flight: first bridge acked %d, spool left %d; delivered=%d duplicates=%d",
+		crash, cfg.MaxInflight, st1.Acked, st1.SpoolMessages, len(all), dups)
 	if dups != 0 {
-		t.Errorf("%d duplicates across a crash; want exactly once", dups)
+		t.Errorf("%d duplicates across a stop and start; want exactly once", dups)
 	}
 }
