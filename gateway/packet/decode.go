@@ -6,7 +6,10 @@ package packet
 // Everything below parses that body in place: byte fields (PUBLISH payload,
 // password, binary properties) are sub-slices of it, strings are copied out
 // (one allocation each). Nothing is pooled or reused, so a decoded packet
-// owns its memory and may be handed to other goroutines.
+// owns its memory and may be handed to other goroutines. The remaining
+// length is a claim, not a fact: a body is read into a buffer that grows as
+// its bytes arrive (readBody), so a peer announcing 1 MiB and sending ten
+// bytes costs ten bytes' worth, not the megabyte it claimed.
 
 import (
 	"bufio"
@@ -47,11 +50,39 @@ func Decode(r *bufio.Reader, v Version, maxSize int) (Packet, error) {
 	if err != nil {
 		return nil, err
 	}
-	body := make([]byte, remaining)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, unexpected(err)
+	body, err := readBody(r, remaining)
+	if err != nil {
+		return nil, err
 	}
 	return decodeBody(first, body, v)
+}
+
+// bodyChunkMin is the first buffer readBody allocates for a body that has
+// not arrived yet. Most packets are smaller and are read in one piece.
+const bodyChunkMin = 4096
+
+// readBody reads the n-byte body of a packet from r. The buffer starts at
+// what r already holds (at least bodyChunkMin) and doubles, capped at n, each
+// time it fills, so memory follows the bytes received rather than the length
+// claimed; the last buffer is exactly n bytes, so a kept body wastes nothing.
+// A body that grows costs at most one more copy of itself.
+func readBody(r *bufio.Reader, n int) ([]byte, error) {
+	size := min(n, max(r.Buffered(), bodyChunkMin))
+	b := make([]byte, size)
+	got := 0
+	for {
+		m, err := io.ReadFull(r, b[got:])
+		got += m
+		if err != nil {
+			return nil, unexpected(err)
+		}
+		if got == n {
+			return b, nil
+		}
+		grown := make([]byte, min(2*len(b), n))
+		copy(grown, b[:got])
+		b = grown
+	}
 }
 
 // readFixedHeader reads and checks the fixed header: the first byte and the
@@ -135,9 +166,9 @@ func DecodeInto(r *bufio.Reader, v Version, maxSize int, s *Scratch) (Packet, er
 			return publishSplit(r, first, v, hl, remaining, s)
 		}
 	}
-	body := make([]byte, remaining)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, unexpected(err)
+	body, err := readBody(r, remaining)
+	if err != nil {
+		return nil, err
 	}
 	d := decoder{b: body}
 	switch t {
@@ -202,13 +233,13 @@ func publishHeaderLen(r *bufio.Reader, first byte, v Version, remaining int) (in
 // remaining bytes into s.Publish, with the header (which the topic and
 // properties alias) and the payload in separate allocations.
 func publishSplit(r *bufio.Reader, first byte, v Version, hl, remaining int, s *Scratch) (Packet, error) {
-	hdr := make([]byte, hl)
+	hdr := make([]byte, hl) // in r's buffer already (publishHeaderLen peeked it)
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return nil, unexpected(err)
 	}
-	payload := make([]byte, remaining-hl)
-	if _, err := io.ReadFull(r, payload); err != nil {
-		return nil, unexpected(err)
+	payload, err := readBody(r, remaining-hl)
+	if err != nil {
+		return nil, err
 	}
 	d := decoder{b: hdr}
 	s.Publish = Publish{}
