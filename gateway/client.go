@@ -59,6 +59,7 @@ type client struct {
 	willDelay  time.Duration
 	willExpiry time.Duration
 	keepWill   bool // v5 DISCONNECT with reason 0x04
+	in         inboundFlows
 
 	// Writer-only.
 	outAliases map[string]uint16
@@ -76,6 +77,10 @@ type client struct {
 	closing bool // a final DISCONNECT is queued; the writer closes after it
 	closed  bool // the socket is closed; nothing more is written
 	wwg     sync.WaitGroup
+
+	readDone  chan struct{} // made by a takeover waiting for the reader; closed when it ends
+	readEnded bool
+	takenOver atomic.Bool // a takeover shut the read side (drainForTakeover)
 
 	reason atomic.Int32 // first CloseReason wins
 }
@@ -119,6 +124,7 @@ func (c *client) serve(ctx context.Context) error {
 	defer c.srv.unwatch(ctx, c)
 
 	err := c.readLoop()
+	c.readerEnded()
 	c.finish()
 	r := CloseReason(c.reason.Load())
 	c.srv.stats.closes[r].Add(1)
@@ -226,6 +232,11 @@ func (c *client) queueCtrl(it ctrlItem) {
 	c.wmu.Unlock()
 }
 
+// errAboveClientMax is appendCtrl's refusal of a control packet larger than
+// the client's v5 Maximum Packet Size: it cannot be sent [MQTT-3.1.2-24],
+// and the exchange cannot go on without it, so the connection is closed.
+var errAboveClientMax = errors.New("control packet above the client's maximum packet size")
+
 // appendCtrl encodes one control-lane item. Only the writer calls it.
 func (c *client) appendCtrl(ws *wstate, buf []byte, it *ctrlItem) ([]byte, error) {
 	p := it.p
@@ -244,6 +255,9 @@ func (c *client) appendCtrl(ws *wstate, buf []byte, it *ctrlItem) ([]byte, error
 			ws.pubcomp = packet.Pubcomp{PacketID: it.id, ReasonCode: it.code}
 			p = &ws.pubcomp
 		}
+	}
+	if c.maxOut > 0 && packet.Size(p, c.version) > int(c.maxOut) {
+		return buf, fmt.Errorf("%w: %s of %d bytes, maximum %d", errAboveClientMax, p.Type(), packet.Size(p, c.version), c.maxOut)
 	}
 	return packet.Append(buf, p, c.version)
 }
@@ -287,6 +301,13 @@ func (c *client) writeLoop() {
 		var err error
 		for i := range ctrl {
 			if buf, err = c.appendCtrl(ws, buf, &ctrl[i]); err != nil {
+				if errors.Is(err, errAboveClientMax) {
+					c.logf(slog.LevelInfo, "closing: a packet exceeds the client's maximum packet size", "err", err)
+					c.setReason(CloseProtocolError)
+					final = true // what precedes it goes out; nothing after
+					ready = false
+					break
+				}
 				c.logf(slog.LevelError, "encode control packet", "err", err)
 			}
 		}
@@ -314,7 +335,8 @@ func (c *client) writeLoop() {
 			c.conn.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
 			if _, err := c.conn.Write(buf); err != nil {
 				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
+				timeout := errors.As(err, &ne) && ne.Timeout()
+				if timeout {
 					c.setReason(CloseWriteTimeout)
 				} else {
 					c.setReason(CloseWriteError)
@@ -323,7 +345,11 @@ func (c *client) writeLoop() {
 				c.closed = true
 				c.writing = false
 				c.wmu.Unlock()
-				c.conn.Close() // the reader sees it and cleans up
+				if timeout {
+					abort(c.conn) // the stuck peer gets a reset, not the kernel's backlog
+				} else {
+					c.conn.Close() // the reader sees it and cleans up
+				}
 				return
 			}
 		}
@@ -379,24 +405,30 @@ func (c *client) appendOutgoing(ws *wstate, buf []byte, o *outgoing) []byte {
 			p.Props.MessageExpiry = uint32((left + time.Second - 1) / time.Second)
 			p.Props.Set(packet.PropMessageExpiry) // remaining time [MQTT-3.3.2-6]
 		}
-		if c.maxOut > 0 && packet.Size(p, c.version) > int(c.maxOut) {
-			c.dropOutgoing(o) // [MQTT-3.1.2-24] never send a packet above the client's maximum
-			return buf
-		}
+		newAlias := false
 		if c.aliasMaxOut > 0 {
 			if a, ok := c.outAliases[m.Topic]; ok {
 				p.Topic = ""
 				p.Props.TopicAlias = a
 				p.Props.Set(packet.PropTopicAlias)
 			} else if len(c.outAliases) < int(c.aliasMaxOut) {
-				if c.outAliases == nil {
-					c.outAliases = make(map[string]uint16)
-				}
-				a := uint16(len(c.outAliases) + 1)
-				c.outAliases[strings.Clone(m.Topic)] = a // the topic may share a payload's memory
-				p.Props.TopicAlias = a
+				p.Props.TopicAlias = uint16(len(c.outAliases) + 1)
 				p.Props.Set(packet.PropTopicAlias)
+				newAlias = true
 			}
+		}
+		// Checked with every property in place, the alias included
+		// [MQTT-3.1.2-24]: a PUBLISH the client cannot take is dropped for
+		// it as if sent (its alias is not recorded: the client never saw it).
+		if c.maxOut > 0 && packet.Size(p, c.version) > int(c.maxOut) {
+			c.dropOutgoing(o)
+			return buf
+		}
+		if newAlias {
+			if c.outAliases == nil {
+				c.outAliases = make(map[string]uint16)
+			}
+			c.outAliases[strings.Clone(m.Topic)] = p.Props.TopicAlias // the topic may share a payload's memory
 		}
 	}
 	b, err := packet.Append(buf, p, c.version)

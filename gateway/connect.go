@@ -9,6 +9,10 @@ import (
 	"github.com/edgegw/edgegw/gateway/packet"
 )
 
+// takeoverDrainMax bounds how long a takeover waits for the old
+// connection's reader to handle what it had already received.
+const takeoverDrainMax = 2 * time.Second
+
 // refuse answers CONNECT with an error code and ends the connection.
 func (c *client) refuse(code packet.ReasonCode, why string) error {
 	ack := &packet.Connack{ReasonCode: code}
@@ -89,6 +93,13 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 
 	// Keepalive.
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	if c.version != packet.V5 && o.MaxKeepAlive > 0 && (c.keepAlive == 0 || c.keepAlive > o.MaxKeepAlive) {
+		// 3.1/3.1.1 cannot be told another keepalive, and a broker that
+		// silently used a shorter one would cut a client that pings on
+		// its own schedule: refused, as mosquitto does with max_keepalive.
+		// A keepalive of 0 (never ping) is how dead links go unnoticed.
+		return c.refuse(packet.ClientIDNotValid, fmt.Sprintf("keepalive %s is above limits.keepalive_max %s (or 0)", c.keepAlive, o.MaxKeepAlive))
+	}
 	if c.version == packet.V5 {
 		ka := c.keepAlive
 		if o.ServerKeepAlive > 0 {
@@ -124,11 +135,12 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		ackProps.Set(packet.PropMaximumPacketSize)
 		ackProps.TopicAliasMaximum = o.TopicAliasMaximum
 		ackProps.Set(packet.PropTopicAliasMaximum)
-		// Receive Maximum: compliant v5 publishers keep at most this many
-		// QoS 1/2 messages unacknowledged, which bounds what flow control
-		// lets past the per-session limits (docs/behaviour.md). Not
-		// enforced on clients that exceed it.
-		ackProps.ReceiveMaximum = uint16(min(o.MaxInflight, 65535))
+		// Receive Maximum: v5 publishers keep at most this many QoS 1/2
+		// messages unacknowledged, which bounds what flow control lets
+		// past the per-session limits (docs/behaviour.md); a client that
+		// sends more is disconnected (inboundStart).
+		c.in.max = o.ReceiveMaximum
+		ackProps.ReceiveMaximum = uint16(c.in.max)
 		ackProps.Set(packet.PropReceiveMaximum)
 	}
 
@@ -151,6 +163,10 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	c.sess = res.sess
 	if res.oldConn != nil {
 		c.logf(slog.LevelInfo, "session taken over")
+		// What the old connection already received is handled first: a
+		// client that sent DISCONNECT and reconnected at once must not
+		// have its will published because the new CONNECT won the race.
+		res.oldConn.drainForTakeover(min(c.srv.opts.ConnectTimeout, takeoverDrainMax))
 		res.oldConn.closeWith(CloseTakenOver, packet.SessionTakenOver) // [MQTT-3.1.4-3]
 	}
 	present := res.present && c.version != packet.V31
@@ -166,6 +182,9 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 
 func (c *client) handlePublish(p *packet.Publish) error {
 	o := &c.srv.opts
+	if p.QoS > 0 && c.in.max > 0 && int(c.in.open.Load()) >= c.in.max && !(p.QoS == 2 && c.sess.hasInboundQoS2(p.PacketID)) {
+		return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d unacknowledged QoS 1/2 publishes", c.in.max) // [MQTT-3.3.4-9]
+	}
 	if c.version == packet.V5 && p.Props.Has(packet.PropTopicAlias) {
 		a := p.Props.TopicAlias
 		if a == 0 || a > o.TopicAliasMaximum {
@@ -215,6 +234,9 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		return nil
 	}
 	c.pa = pendingAck{c: c, qos: p.QoS, id: p.PacketID, topic: p.Topic}
+	if p.QoS == 1 {
+		c.in.open.Add(1)
+	}
 	if p.QoS == 2 {
 		st, e := c.sess.receiveQoS2(c, p.PacketID)
 		switch st {
@@ -235,26 +257,33 @@ func (c *client) handlePublish(p *packet.Publish) error {
 			return nil
 		}
 		c.pa.q2 = e
+		c.in.open.Add(1) // a new flow, open until its PUBCOMP
 	}
 	// The ack may have to wait: for a sink (a bridge's spool) to keep the
 	// message, or for a congested subscriber to drain (flow control). Then
 	// routing opens a slot through c.pa; the verdict arrives later and the
 	// reader goes on.
-	pending, err := c.srv.routeKept(m, &c.pa)
+	pending, matched, err := c.srv.routeKept(m, &c.pa)
 	if pending {
 		return nil
 	}
 	if p.QoS == 2 {
 		c.sess.qos2Verdict(p.PacketID, c.pa.q2, err)
 	}
+	code := packet.Success
+	if !matched {
+		code = packet.NoMatchingSubscribers // v5: nobody listens (a success code; 3.1.1 gets 0)
+	}
 	if c.slotsPending() {
-		c.slotDone(c.addSlot(p), err) // behind earlier acks still waiting
+		s := c.addSlot(p)
+		s.code = code
+		c.slotDone(s, err) // behind earlier acks still waiting
 		return nil
 	}
 	if err != nil {
 		return c.notKept(p.QoS, p.PacketID, p.Topic, err)
 	}
-	return c.ack(p, packet.Success)
+	return c.ack(p, code)
 }
 
 // pendingAck is the reader's deferrer for the PUBLISH being routed: a slot
@@ -290,6 +319,7 @@ type ackSlot struct {
 	qos   byte
 	id    uint16
 	topic string
+	code  packet.ReasonCode // the success code to send (0x10 when nothing matched)
 	done  bool
 	err   error
 }
@@ -324,7 +354,7 @@ func (c *client) slotDone(s *ackSlot, err error) {
 			c.notKept(h.qos, h.id, h.topic, h.err)
 			continue
 		}
-		c.ackID(h.qos, h.id, packet.Success)
+		c.ackID(h.qos, h.id, h.code)
 	}
 	c.acks = c.acks[n:]
 	if len(c.acks) == 0 {
@@ -346,8 +376,12 @@ func (c *client) ackID(qos byte, id uint16, code packet.ReasonCode) {
 	switch qos {
 	case 1:
 		c.sendAck(packet.PUBACK, id, code)
+		c.in.done()
 	case 2:
 		c.sendAck(packet.PUBREC, id, code)
+		if code.IsError() {
+			c.in.done() // a refused QoS 2 flow ends at its PUBREC
+		}
 	}
 }
 

@@ -144,6 +144,8 @@ func (c *client) readFailed(err error) error {
 		c.logf(slog.LevelInfo, "protocol error", "err", err)
 		c.closeWith(CloseProtocolError, pe.Code)
 		return err
+	case c.takenOver.Load() && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)):
+		c.closeWith(CloseTakenOver, packet.SessionTakenOver) // drained; v5 still gets its DISCONNECT [MQTT-3.1.4-3]
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
 		c.setReason(ClosePeerClosed)
 	case errors.As(err, &ne) && ne.Timeout():
@@ -177,20 +179,17 @@ func (c *client) handle(pk packet.Packet) error {
 	case *packet.Publish:
 		return c.handlePublish(p)
 	case *packet.Puback:
-		if c.sess.ackPuback(c, p.PacketID) {
-			c.kick()
-		}
+		return c.acked(c.sess.ackPuback(c, p.PacketID), "PUBACK", p.PacketID)
 	case *packet.Pubrec:
-		sendRel, found := c.sess.ackPubrec(c, p.PacketID, p.ReasonCode)
+		v, sendRel, found := c.sess.ackPubrec(c, p.PacketID, p.ReasonCode)
 		if sendRel {
 			code := packet.Success
 			if !found && c.version == packet.V5 {
 				code = packet.PacketIDNotFound
 			}
 			c.sendAck(packet.PUBREL, p.PacketID, code)
-		} else if found {
-			c.kick()
 		}
+		return c.acked(v, "PUBREC", p.PacketID)
 	case *packet.Pubrel:
 		found := c.sess.forgetQoS2(c, p.PacketID)
 		code := packet.Success
@@ -198,10 +197,11 @@ func (c *client) handle(pk packet.Packet) error {
 			code = packet.PacketIDNotFound
 		}
 		c.sendAck(packet.PUBCOMP, p.PacketID, code)
-	case *packet.Pubcomp:
-		if c.sess.ackPubcomp(c, p.PacketID) {
-			c.kick()
+		if found {
+			c.in.done()
 		}
+	case *packet.Pubcomp:
+		return c.acked(c.sess.ackPubcomp(c, p.PacketID), "PUBCOMP", p.PacketID)
 	case *packet.Subscribe:
 		return c.handleSubscribe(p)
 	case *packet.Unsubscribe:
@@ -216,6 +216,21 @@ func (c *client) handle(pk packet.Packet) error {
 		return c.protocolError(packet.ProtocolError, "AUTH without an authentication method")
 	default:
 		return c.protocolError(packet.ProtocolError, "%T is not sent by clients", pk)
+	}
+	return nil
+}
+
+// acked acts on what an acknowledgement did: a moved window wakes the
+// writer; the wrong kind of acknowledgement for a flow (PUBREC or PUBCOMP
+// for QoS 1, PUBACK for QoS 2, PUBCOMP before PUBREC) is a protocol error
+// [MQTT-4.3.2-1], [MQTT-4.3.3-1]; 3.1.1 has no reason codes, so it is closed.
+// Counted with the protocol_error close reason.
+func (c *client) acked(v ackVerdict, kind string, id uint16) error {
+	switch v {
+	case ackMoved:
+		c.kick()
+	case ackWrongKind:
+		return c.protocolError(packet.ProtocolError, "%s for packet id %d is the wrong acknowledgement for its flow", kind, id)
 	}
 	return nil
 }

@@ -45,7 +45,12 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 			old.online.Store(false)
 			r.srv.stats.takeovers.Add(1)
 		}
-		if cleanStart {
+		// A clean session ends with its connection, also when another
+		// connection takes it over: its state must not be resumed
+		// (3.1.1 [MQTT-3.1.2-6], [MQTT-3.2.2-3]; v5 3.1.2.11.2, 3.2.2.1.1).
+		// While connected, expiry 0 means exactly that.
+		endsWithConn := res.oldConn != nil && old.expiry == 0
+		if cleanStart || endsWithConn {
 			defer releaseWaiters(old.release()) // [MQTT-3.1.2-4] / v5 [MQTT-3.1.2-4]
 			old.mu.Unlock()
 			delete(r.sessions, id)

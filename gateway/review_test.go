@@ -88,7 +88,9 @@ func (f *failingSink) AcceptAsync(_ *gateway.Message, done func(error)) {
 // fails from another goroutine (negative acks and QoS 2 state updates).
 // The broker must stay responsive.
 func TestNoDeadlockFlowControlAndFailingSink(t *testing.T) {
-	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxInflight: 1, MaxQueuedMessages: 4})
+	// The client floods without waiting for acks: it is allowed to by a
+	// Receive Maximum above what it sends (the broker enforces it).
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxInflight: 1, ReceiveMaximum: 65535, MaxQueuedMessages: 4})
 	sink := &failingSink{}
 	defer sink.wg.Wait()
 	b.srv.AddSink("cloud", "s", sink)

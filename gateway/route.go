@@ -111,7 +111,7 @@ func (r *routing) reset() {
 // The error is a sink's (a bridge could not take the message durably); the
 // subscribers have been served regardless.
 func (s *Server) route(m *Message) error {
-	_, err := s.routeKept(m, nil)
+	_, _, err := s.routeKept(m, nil)
 	return err
 }
 
@@ -146,14 +146,15 @@ func (h *keeper) get() *keep {
 // water mark). With d set, routeKept may call d.deferAck once and returns
 // pending = true; the returned function is then called exactly once
 // (possibly before routeKept returns) with the combined verdict. Without
-// pending, err is the synchronous verdict.
-func (s *Server) routeKept(m *Message, d deferrer) (pending bool, err error) {
+// pending, err is the synchronous verdict. matched reports whether any
+// subscription or sink took the message.
+func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err error) {
 	s.stats.received.Add(1)
 	if m.Retain {
 		s.retain(m)
 	}
 	h := keeper{d: d}
-	sinkErr := s.sinks.deliver(m, &h)
+	sinks, sinkErr := s.sinks.deliver(m, &h)
 
 	r := routingPool.Get().(*routing)
 	s.subs.Match(m.Topic, func(filter, key string, sub subscription) {
@@ -173,6 +174,7 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending bool, err error) {
 	for k, members := range r.shared {
 		r.add(s.pickShared(k, members))
 	}
+	matched = sinks > 0 || len(r.targets) > 0
 	var now time.Time // only a message with an expiry needs the clock
 	if !m.Expiry.IsZero() {
 		now = time.Now()
@@ -217,7 +219,7 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending bool, err error) {
 		// fan-in at QoS 0 dropped 76% of what it accepted.
 		runtime.Gosched()
 	}
-	return pending, sinkErr
+	return pending, matched, sinkErr
 }
 
 // pickShared chooses one member of a shared subscription group, round-robin
@@ -289,14 +291,16 @@ type sinkEntry struct {
 
 // sinkSet holds the sinks by filter in their own tree, so the bridges' rules
 // are matched the same way as subscriptions.
+// The tree is made on first use; sinks are added while traffic flows (a
+// reload adds a bridge's rules), so it is published atomically.
 type sinkSet struct {
-	tree *topics.Tree[sinkEntry]
+	tree atomic.Pointer[topics.Tree[sinkEntry]]
 	once sync.Once
 }
 
 func (ss *sinkSet) t() *topics.Tree[sinkEntry] {
-	ss.once.Do(func() { ss.tree = topics.NewTree[sinkEntry]() })
-	return ss.tree
+	ss.once.Do(func() { ss.tree.Store(topics.NewTree[sinkEntry]()) })
+	return ss.tree.Load()
 }
 
 // AddSink registers sink under name for messages matching filter. Messages
@@ -318,11 +322,15 @@ func (s *Server) RemoveSink(name, filter string) { s.sinks.t().Remove(filter, na
 func BridgeOrigin(name string) string { return "$bridge/" + name }
 
 // active reports whether any sink is registered.
-func (ss *sinkSet) active() bool { return ss.tree != nil && ss.t().Len() > 0 }
+func (ss *sinkSet) active() bool {
+	t := ss.tree.Load()
+	return t != nil && t.Len() > 0
+}
 
-func (ss *sinkSet) deliver(m *Message, h *keeper) error {
+// deliver hands m to every matching sink and returns how many took it.
+func (ss *sinkSet) deliver(m *Message, h *keeper) (int, error) {
 	if !ss.active() {
-		return nil
+		return 0, nil
 	}
 	var buf [4]sinkEntry
 	picked := buf[:0]
@@ -356,5 +364,5 @@ func (ss *sinkSet) deliver(m *Message, h *keeper) error {
 			errs = append(errs, fmt.Errorf("sink %s: %w", e.name, err))
 		}
 	}
-	return errors.Join(errs...)
+	return len(picked), errors.Join(errs...)
 }

@@ -25,6 +25,7 @@ type Options struct {
 	ConnectTimeout    time.Duration // socket open until CONNECT arrives; 0 = 10s
 	WriteTimeout      time.Duration // deadline of every write; 0 = 10s
 	MaxInflight       int           // outgoing QoS 1/2 window per session; 0 = 32
+	ReceiveMaximum    int           // v5 inbound window announced and enforced; 0 = MaxInflight
 	MaxQueuedMessages int           // per session; 0 = 1000
 	MaxQueuedBytes    int64         // per session; 0 = 4 MiB
 	MemoryBudget      int64         // all queued payloads together; 0 = 64 MiB
@@ -52,6 +53,8 @@ func (o Options) withDefaults() Options {
 	if o.MaxInflight > 65535 {
 		o.MaxInflight = 65535
 	}
+	def(&o.ReceiveMaximum, o.MaxInflight)
+	o.ReceiveMaximum = min(o.ReceiveMaximum, 65535)
 	if o.MaxQueuedBytes <= 0 {
 		o.MaxQueuedBytes = 4 << 20
 	}

@@ -410,51 +410,74 @@ func (s *session) dropUnsendable(c *client, id uint16) {
 	}
 }
 
-// ackPuback handles PUBACK. It reports whether the window moved.
-func (s *session) ackPuback(c *client, id uint16) bool {
+// ackVerdict is what an acknowledgement from the client did to the
+// outgoing window.
+type ackVerdict int
+
+const (
+	ackIgnored   ackVerdict = iota // unknown id, or from a connection that lost the session
+	ackMoved                       // the window moved
+	ackWrongKind                   // the wrong acknowledgement for the flow: a protocol error
+)
+
+// ackPuback handles PUBACK. A PUBACK for a QoS 2 flow (before or after its
+// PUBREL) is the wrong kind of acknowledgement [MQTT-4.3.3-1]..[MQTT-4.3.3-5].
+func (s *session) ackPuback(c *client, id uint16) ackVerdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.inflight[id]
-	if s.conn != c || f == nil || f.q.qos != 1 {
-		return false
+	if s.conn != c || f == nil {
+		return ackIgnored
+	}
+	if f.q.qos != 1 {
+		return ackWrongKind
 	}
 	s.forget(id, f)
-	return true
+	return ackMoved
 }
 
-// ackPubrec handles PUBREC: true when a PUBREL must be sent. A v5 PUBREC
-// with an error reason ends the exchange.
-func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (sendRel bool, found bool) {
+// ackPubrec handles PUBREC: sendRel when a PUBREL must be sent (also for an
+// id not in flight, answered PUBREL "not found" in v5). A v5 PUBREC with an
+// error reason ends the exchange. A PUBREC for a QoS 1 message is the wrong
+// kind of acknowledgement.
+func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVerdict, sendRel, found bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c {
-		return false, false
+		return ackIgnored, false, false
 	}
 	f := s.inflight[id]
-	if f == nil || f.q.qos != 2 {
-		return true, false
+	if f == nil {
+		return ackIgnored, true, false
+	}
+	if f.q.qos != 2 {
+		return ackWrongKind, false, true
 	}
 	if rc.IsError() {
 		s.forget(id, f)
-		return false, true
+		return ackMoved, false, true
 	}
 	if !f.released {
 		f.released = true
-		s.charge(-f.q.msg.size()) // the payload is no longer needed [MQTT-4.3.3-?]
+		s.charge(-f.q.msg.size()) // the payload is no longer needed once PUBREC arrived
 	}
-	return true, true
+	return ackIgnored, true, true
 }
 
-// ackPubcomp handles PUBCOMP.
-func (s *session) ackPubcomp(c *client, id uint16) bool {
+// ackPubcomp handles PUBCOMP. A PUBCOMP for a QoS 1 message, or for a QoS 2
+// flow whose PUBREC never came, is the wrong kind of acknowledgement.
+func (s *session) ackPubcomp(c *client, id uint16) ackVerdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.inflight[id]
-	if s.conn != c || f == nil || !f.released {
-		return false
+	if s.conn != c || f == nil {
+		return ackIgnored
+	}
+	if !f.released {
+		return ackWrongKind
 	}
 	s.forget(id, f)
-	return true
+	return ackMoved
 }
 
 // inbound2 is the state of one inbound QoS 2 packet id. An id is pending
@@ -543,6 +566,15 @@ func (s *session) waitQoS2(id uint16, e *inbound2, done func(error)) {
 // errNotKept is the verdict a duplicate gets when its original was not
 // kept by a sink.
 var errNotKept = errors.New("message not kept")
+
+// hasInboundQoS2 reports whether id is an inbound QoS 2 flow the session
+// holds (a PUBLISH with it is a resend, not a new flow).
+func (s *session) hasInboundQoS2(id uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.inboundQoS2[id]
+	return ok
+}
 
 // forgetQoS2 removes an inbound QoS 2 id on PUBREL.
 func (s *session) forgetQoS2(c *client, id uint16) (found bool) {
