@@ -78,6 +78,13 @@ type client struct {
 	closed  bool // the socket is closed; nothing more is written
 	wwg     sync.WaitGroup
 
+	// A close asked for while the reader was between accepting CONNECT
+	// and queuing its CONNACK (a takeover in that window): carried out
+	// right after the CONNACK is queued, so every accepted CONNECT is
+	// answered.
+	connecting   bool
+	pendingClose *pendingClose
+
 	readDone  chan struct{} // made by a takeover waiting for the reader; closed when it ends
 	readEnded bool
 	takenOver atomic.Bool // a takeover shut the read side (drainForTakeover)
@@ -182,9 +189,23 @@ func (c *client) closeWith(r CloseReason, code packet.ReasonCode) {
 		c.wmu.Unlock()
 		return
 	}
+	if !c.ready && c.connecting {
+		if c.pendingClose == nil {
+			c.pendingClose = &pendingClose{r, code}
+		}
+		c.wmu.Unlock()
+		return
+	}
 	c.setReason(r)
-	if c.ready && c.version == packet.V5 && code != 0 { // ready first: version is published by it
-		c.ctrl = append(c.ctrl, ctrlItem{p: &packet.Disconnect{ReasonCode: code}})
+	// ready first: version is published by it. Control packets already
+	// queued, or being written, go out before the close (a CONNACK queued just before a
+	// takeover: every accepted CONNECT gets its answer), then a v5
+	// DISCONNECT with the reason.
+	v5 := c.ready && c.version == packet.V5 && code != 0
+	if v5 || (c.ready && (len(c.ctrl) > 0 || c.writing)) {
+		if v5 {
+			c.ctrl = append(c.ctrl, ctrlItem{p: &packet.Disconnect{ReasonCode: code}})
+		}
 		c.closing = true
 		c.startWriterLocked()
 		c.wmu.Unlock()
@@ -193,6 +214,12 @@ func (c *client) closeWith(r CloseReason, code packet.ReasonCode) {
 	c.closed = true
 	c.wmu.Unlock()
 	c.conn.Close()
+}
+
+// pendingClose is a closeWith deferred until the CONNACK is queued.
+type pendingClose struct {
+	r    CloseReason
+	code packet.ReasonCode
 }
 
 // kick tells the writer there may be something to send.

@@ -159,6 +159,9 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		}
 	}
 
+	c.wmu.Lock()
+	c.connecting = true // from here a takeover waits for the CONNACK (closeWith)
+	c.wmu.Unlock()
 	res := c.srv.reg.attach(c, c.id, cp.CleanStart, expiry)
 	c.sess = res.sess
 	if res.oldConn != nil {
@@ -175,7 +178,11 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	c.ctrl = append(c.ctrl, ctrlItem{p: ack})
 	c.ready = true // publishes may follow CONNACK now
 	c.startWriterLocked()
+	pc := c.pendingClose
 	c.wmu.Unlock()
+	if pc != nil {
+		c.closeWith(pc.r, pc.code) // taken over before its CONNACK was queued
+	}
 	c.logf(slog.LevelDebug, "client connected", "version", int(c.version), "clean", cp.CleanStart, "present", present, "keepalive", c.keepAlive)
 	return nil
 }

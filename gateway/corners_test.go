@@ -7,6 +7,7 @@ package gateway_test
 // and aborting a stuck reader.
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -392,4 +394,59 @@ func TestWriteTimeoutAborts(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("stuck reader got %v after the cut-off, want a reset", err)
 	}
+}
+
+// TestClientIDPingPong: two clients taking the same client id back and
+// forth. Every CONNECT the broker accepted gets its CONNACK before the
+// connection is taken over and closed (issue 13 point 7: 6-7 % were
+// closed with nothing).
+func TestClientIDPingPong(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		t.Run(v.String(), func(t *testing.T) {
+			const rounds = 100
+			errs := make(chan error, 2*rounds)
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						errs <- connectExpectConnack(b.addr, v, "pingpong-"+v.String())
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// connectExpectConnack dials, sends CONNECT and reads the first packet,
+// which must be a successful CONNACK; then it closes. It does not touch t
+// (it runs on other goroutines).
+func connectExpectConnack(addr string, v packet.Version, id string) error {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	b, _ := packet.Append(nil, &packet.Connect{ProtocolName: "MQTT", Version: v, ClientID: id, CleanStart: true, KeepAlive: 60}, v)
+	if _, err := conn.Write(b); err != nil {
+		return fmt.Errorf("send connect: %w", err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p, err := packet.Decode(bufio.NewReader(conn), v, 0)
+	if err != nil {
+		return fmt.Errorf("no CONNACK: %w", err)
+	}
+	if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != 0 {
+		return fmt.Errorf("first packet %+v, want a successful CONNACK", p)
+	}
+	return nil
 }
