@@ -39,6 +39,7 @@ type client struct {
 	conn     net.Conn
 	listener string
 	certCN   string
+	done     <-chan struct{} // the serving context's: closed when the server stops
 
 	// Set by the reader while handling CONNECT, read-only afterwards (the
 	// writer is first started after that).
@@ -125,8 +126,22 @@ func (c *client) logf(level slog.Level, msg string, args ...any) {
 
 func (c *client) setReason(r CloseReason) { c.reason.CompareAndSwap(0, int32(r)) }
 
+// sleep waits d on the reader's goroutine (the login tarpit); false when
+// the server stopped meanwhile.
+func (c *client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
 // serve runs the connection to its end.
 func (c *client) serve(ctx context.Context) error {
+	c.done = ctx.Done()
 	c.srv.watch(ctx, c)
 	defer c.srv.unwatch(ctx, c)
 

@@ -74,10 +74,22 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		return c.refuse(packet.NotAuthorized, "anonymous clients are not allowed")
 	}
 	if o.Authenticator != nil && (cp.UsernameFlag || !o.AllowAnonymous) {
+		host := hostOf(c.conn.RemoteAddr())
+		wait, busy := c.srv.tarpit.admit(host, time.Now())
+		if busy {
+			return c.refuse(packet.ServerBusy, "too many failed logins from "+host)
+		}
+		if wait > 0 && !c.sleep(wait) {
+			c.setReason(CloseShutdown)
+			return errClosed
+		}
 		if err := o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN); err != nil {
+			c.srv.tarpit.failed(host, time.Now())
+			c.srv.stats.authFailures.Add(1)
 			c.logf(slog.LevelInfo, "authentication failed", "user", c.username, "err", err)
 			return c.refuse(packet.BadUsernameOrPassword, err.Error())
 		}
+		c.srv.tarpit.succeeded(host)
 	}
 
 	// Session expiry.

@@ -105,6 +105,7 @@ type Server struct {
 	retained *topics.Retained[*Message]
 	reg      registry
 	sinks    sinkSet
+	tarpit   tarpit // slows password guessing per source address
 
 	shareMu sync.Mutex
 	shareRR map[string]uint32 // round-robin position per shared group+filter

@@ -41,6 +41,7 @@ type counters struct {
 	expired       atomic.Int64
 	refused       atomic.Int64 // connections refused (max_connections)
 	slowConsumers atomic.Int64 // subscribers that stalled under flow control
+	authFailures  atomic.Int64 // CONNECTs refused for a bad user name or password
 	closes        [numCloseReasons]atomic.Int64
 }
 
@@ -65,6 +66,7 @@ type Stats struct {
 	Expired              int64
 	Refused              int64
 	SlowConsumers        int64            // subscribers that stopped draining while publishers waited on them
+	AuthFailures         int64            // logins refused for a bad user name or password
 	Closes               map[string]int64 // by close reason
 }
 
@@ -83,6 +85,7 @@ func (s *Server) Stats() Stats {
 		Expired:          s.stats.expired.Load(),
 		Refused:          s.stats.refused.Load(),
 		SlowConsumers:    s.stats.slowConsumers.Load(),
+		AuthFailures:     s.stats.authFailures.Load(),
 		Drops:            make(map[string]int64, numDropReasons),
 		Closes:           make(map[string]int64, numCloseReasons),
 	}

@@ -28,11 +28,13 @@ type Files struct {
 	ACLFile      string // "" = every client may publish and subscribe everywhere
 
 	cur atomic.Pointer[rules]
+	ver verifier // bounds the CPU password checks may take (verify.go)
 }
 
 type rules struct {
 	users map[string][]byte // user -> bcrypt hash
 	acl   *acl              // nil = allow all
+	dummy func() []byte     // a hash at the stored hashes' cost, for unknown users
 }
 
 // Load reads the files named in f. It is also the reload: on error the
@@ -46,6 +48,7 @@ func (f *Files) Load() error {
 			errs = append(errs, err)
 		}
 		r.users = users
+		r.dummy = dummyHashLike(users)
 	}
 	if f.ACLFile != "" {
 		a, err := readACL(f.ACLFile)
@@ -58,6 +61,7 @@ func (f *Files) Load() error {
 		return err
 	}
 	f.cur.Store(r)
+	f.ver.forget()
 	return nil
 }
 
@@ -74,20 +78,31 @@ func (f *Files) Authenticate(clientID, username string, password []byte, hasPass
 	hash, ok := r.users[username]
 	if !ok || !hasPassword {
 		// Compare against a real hash anyway so unknown users take as long.
-		bcrypt.CompareHashAndPassword(dummyHash(), password)
+		f.ver.compare(r.dummy(), password)
 		return ErrBadCredentials
 	}
-	if bcrypt.CompareHashAndPassword(hash, password) != nil {
+	if !f.ver.check(username, hash, password) {
 		return ErrBadCredentials
 	}
 	return nil
 }
 
-// dummyHash is a bcrypt hash at the default cost, made on first use.
-var dummyHash = sync.OnceValue(func() []byte {
-	h, _ := bcrypt.GenerateFromPassword([]byte("edgegw-timing"), bcrypt.DefaultCost)
-	return h
-})
+// dummyHashLike returns, made on first use, a bcrypt hash at the cost of
+// the stored hashes, so a check for an unknown user costs what a known
+// user's does.
+func dummyHashLike(users map[string][]byte) func() []byte {
+	cost := bcrypt.DefaultCost
+	for _, h := range users {
+		if c, err := bcrypt.Cost(h); err == nil {
+			cost = c
+		}
+		break
+	}
+	return sync.OnceValue(func() []byte {
+		h, _ := bcrypt.GenerateFromPassword([]byte("edgegw-timing"), cost)
+		return h
+	})
+}
 
 // CanPublish reports whether the client may publish to topic.
 func (f *Files) CanPublish(username, clientID, topic string) bool {

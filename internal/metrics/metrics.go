@@ -102,6 +102,8 @@ func collect(w *expo, src Sources) {
 		}
 		w.counter("edgegw_slow_consumers_total", "Subscribers that stopped draining while publishers waited on them.").
 			v(float64(st.SlowConsumers))
+		w.counter("edgegw_auth_failures_total", "Logins refused for a bad user name or password.").
+			v(float64(st.AuthFailures))
 	}
 	if src.Bridges != nil {
 		bs := src.Bridges()

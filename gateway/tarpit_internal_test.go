@@ -1,0 +1,72 @@
+package gateway
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestTarpitSchedule drives the tarpit's clock: no wait before the first
+// failure; after n failures the next attempt waits the penalty, attempts
+// in parallel are spaced one penalty apart, a queue longer than
+// tarpitQueueMax is answered "busy", a success or a long silence forgets.
+func TestTarpitSchedule(t *testing.T) {
+	var tp tarpit
+	t0 := time.Unix(1_000_000, 0)
+	if w, busy := tp.admit("10.0.0.9", t0); w != 0 || busy {
+		t.Fatalf("first attempt waits %v busy %v", w, busy)
+	}
+	tp.failed("10.0.0.9", t0)
+	tp.failed("10.0.0.9", t0)
+	tp.failed("10.0.0.9", t0) // penalty now 400 ms
+	w1, _ := tp.admit("10.0.0.9", t0)
+	w2, _ := tp.admit("10.0.0.9", t0)
+	if w1 != 400*time.Millisecond || w2 != 800*time.Millisecond {
+		t.Fatalf("parallel attempts wait %v and %v, want 400ms and 800ms", w1, w2)
+	}
+	if w, _ := tp.admit("10.0.0.10", t0); w != 0 {
+		t.Fatalf("another host waits %v", w)
+	}
+	for range 20 {
+		tp.failed("10.0.0.9", t0)
+	}
+	busy := false
+	for i := 0; i < 10 && !busy; i++ {
+		_, busy = tp.admit("10.0.0.9", t0)
+	}
+	if !busy {
+		t.Fatalf("a queue past %v is not answered busy", tarpitQueueMax)
+	}
+	tp.succeeded("10.0.0.9")
+	if w, busy := tp.admit("10.0.0.9", t0); w != 0 || busy {
+		t.Fatalf("after a success: wait %v busy %v", w, busy)
+	}
+	tp.failed("10.0.0.9", t0)
+	if w, _ := tp.admit("10.0.0.9", t0.Add(tarpitForget+time.Second)); w != 0 {
+		t.Fatalf("after %v of silence: wait %v", tarpitForget, w)
+	}
+}
+
+// TestTarpitBounded: a flood from more hosts than tarpitHostsMax keeps the
+// map bounded.
+func TestTarpitBounded(t *testing.T) {
+	var tp tarpit
+	t0 := time.Unix(1_000_000, 0)
+	for i := range 3 * tarpitHostsMax {
+		tp.failed(fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), t0)
+	}
+	if n := len(tp.hosts); n > tarpitHostsMax {
+		t.Fatalf("%d hosts kept, want at most %d", n, tarpitHostsMax)
+	}
+}
+
+func TestPenalty(t *testing.T) {
+	for _, tc := range []struct {
+		fails int
+		want  time.Duration
+	}{{0, 0}, {1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {6, 3200 * time.Millisecond}, {7, tarpitMax}, {100, tarpitMax}} {
+		if got := penalty(tc.fails); got != tc.want {
+			t.Errorf("penalty(%d) = %v, want %v", tc.fails, got, tc.want)
+		}
+	}
+}
