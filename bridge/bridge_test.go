@@ -209,6 +209,10 @@ func TestOutageBacklog(t *testing.T) {
 // detected within cap".
 const plainPahoCap = 15 * time.Second
 
+// plainKeepAlive is the plain paho client's keepalive: the bridge's own
+// default in these tests, whatever a case sets for the bridge.
+const plainKeepAlive = time.Second
+
 // TestHalfOpenUplink freezes the proxy (both sockets stay open, nothing is
 // forwarded) and checks that each detector finds the dead uplink in time,
 // that the state says so at once, and that everything acked locally
@@ -220,9 +224,18 @@ const plainPahoCap = 15 * time.Second
 // upstream; the time until its connection-lost callback is logged (or "not
 // detected within cap"). Only the bridge's time is asserted.
 func TestHalfOpenUplink(t *testing.T) {
+	// The write-deadline case leaves only its own detector able to fire
+	// (the others have periods far beyond it), so which one trips does not
+	// depend on which timer wins on a busy machine (issue 15 point 10:
+	// with a 1 s keepalive the pinger sometimes beat the write deadline). The
+	// detection time is logged and bounded only loosely: the configured
+	// bound plus noSoonerThanSlack, a check that detection happens, not a
+	// benchmark.
+	const otherDetectorsOff = time.Minute
 	cases := []struct {
 		name       string
 		ackTimeout time.Duration
+		keepAlive  time.Duration
 		small, big int // messages published while frozen
 		// bound is what the configuration promises for this detector;
 		// the assertion adds detectSlack.
@@ -230,23 +243,24 @@ func TestHalfOpenUplink(t *testing.T) {
 		check func(bridge.Stats) bool
 	}{
 		// small publishes in flight: the ack watchdog (ack_timeout 1s)
-		{"watchdog", time.Second, 20, 0,
+		// (keepalive 1s: its detector needs 1.75s, the watchdog 1s)
+		{"watchdog", time.Second, time.Second, 20, 0,
 			func(c bridge.Config) time.Duration { return c.AckTimeout },
 			func(s bridge.Stats) bool { return s.WatchdogTrips > 0 }},
 		// an 8 MiB publish fills the socket: the write deadline (500ms
 		// without progress)
-		{"write deadline", time.Minute, 0, 1,
+		{"write deadline", otherDetectorsOff, otherDetectorsOff, 0, 1,
 			func(c bridge.Config) time.Duration { return c.WriteTimeout },
 			func(s bridge.Stats) bool { return s.WriteTimeouts > 0 }},
 		// nothing to send: paho's pinger (keepalive 1s, checked every
 		// keepalive/4, + ping timeout = write_timeout 500ms)
-		{"keepalive", time.Minute, 0, 0,
+		{"keepalive", otherDetectorsOff, time.Second, 0, 0,
 			func(c bridge.Config) time.Duration { return c.KeepAlive + c.KeepAlive/4 + c.WriteTimeout },
 			func(s bridge.Stats) bool { return s.WatchdogTrips == 0 && s.WriteTimeouts == 0 }},
 	}
 	// detectSlack covers filling the socket buffers before a detector's
-	// clock starts and scheduling under -race on a shared machine.
-	const detectSlack = 1500 * time.Millisecond
+	// clock starts and scheduling under -race on a loaded shared machine.
+	const detectSlack = 10 * time.Second
 	big := string(make([]byte, 8<<20))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,6 +271,7 @@ func TestHalfOpenUplink(t *testing.T) {
 			upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
 			cfg := testConfig(t, "b1", px.url())
 			cfg.AckTimeout = tc.ackTimeout
+			cfg.KeepAlive = tc.keepAlive
 			b := runBridge(t, cfg, gw.srv)
 			b.waitState(t, bridge.Connected)
 			lc := client(t, gw.addr, "local-pub")
@@ -264,7 +279,7 @@ func TestHalfOpenUplink(t *testing.T) {
 			var plainLost atomic.Int64 // unix nanos of the connection-lost callback
 			var plainWhy atomic.Value
 			po := mqtt.NewClientOptions().AddBroker(pxPlain.url()).SetClientID("plain-paho").
-				SetKeepAlive(cfg.KeepAlive).SetAutoReconnect(false).
+				SetKeepAlive(plainKeepAlive).SetAutoReconnect(false).
 				SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 					plainWhy.Store(err.Error())
 					plainLost.Store(time.Now().UnixNano())
@@ -318,10 +333,10 @@ func TestHalfOpenUplink(t *testing.T) {
 			}
 			if at := plainLost.Load(); at != 0 {
 				t.Logf("DETECTION case=%q plain paho: keepalive=%s measured=%s reason=%q",
-					tc.name, cfg.KeepAlive, time.Unix(0, at).Sub(frozen).Round(time.Millisecond), plainWhy.Load())
+					tc.name, plainKeepAlive, time.Unix(0, at).Sub(frozen).Round(time.Millisecond), plainWhy.Load())
 			} else {
 				t.Logf("DETECTION case=%q plain paho: keepalive=%s measured=not detected within cap %s (IsConnectionOpen=%v)",
-					tc.name, cfg.KeepAlive, plainPahoCap, plain.IsConnectionOpen())
+					tc.name, plainKeepAlive, plainPahoCap, plain.IsConnectionOpen())
 			}
 
 			px.unfreeze()
