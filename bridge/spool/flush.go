@@ -84,19 +84,33 @@ func (s *Spool) flush(final bool) {
 	acks := s.acks
 	s.acks, s.acksSpare = s.acksSpare[:0], nil
 	var ckpt []byte
-	if len(acks) > 0 && s.ackSize+int64(len(acks))*ackRecSize > s.compactAt {
+	if (s.ckptDue || len(acks) > 0 && s.ackSize+int64(len(acks))*ackRecSize > s.compactAt) &&
+		!time.Now().Before(s.ckptRetryAt) {
 		// The checkpoint holds every removal, acks included.
 		ckpt = s.checkpointLocked()
 	}
 	s.mu.Unlock()
 
+	var idsErr error
+	if doSync {
+		// The ID ceiling before the records it covers.
+		idsErr = s.syncIDs()
+	}
 	err := s.syncSegments(toSync)
 
 	var ackErr error
 	switch {
 	case ckpt != nil:
 		if ackErr = s.writeCheckpoint(ckpt, doSync); ackErr != nil {
-			ackErr = errors.Join(ackErr, s.appendAcks(acks, doSync))
+			// Retried later (a full disk frees up as segments are acked);
+			// meanwhile the acks go to the old file, if there is one.
+			s.ckptDue = true
+			s.ckptRetryAt = time.Now().Add(ckptRetry)
+			if len(acks) > 0 {
+				ackErr = errors.Join(ackErr, s.appendAcks(acks, doSync))
+			}
+		} else {
+			s.ckptDue = false
 		}
 	case len(acks) > 0:
 		ackErr = s.appendAcks(acks, doSync)
@@ -104,9 +118,13 @@ func (s *Spool) flush(final bool) {
 		s.syncs.Add(1)
 		ackErr = s.ackFile.Sync()
 	}
-	if ackErr != nil {
+	if ackErr != nil || idsErr != nil {
 		// Not fatal: a lost ack means a duplicate upstream after a restart.
-		s.log.Warn("writing acks failed; acked messages may be sent again", "err", ackErr)
+		// A full disk fails every flush: warn at most every dropLogEvery.
+		if now := time.Now(); now.Sub(s.ackWarnAt) >= dropLogEvery {
+			s.ackWarnAt = now
+			s.log.Warn("writing acks failed; acked messages may be sent again", "err", errors.Join(ackErr, idsErr))
+		}
 	}
 
 	s.mu.Lock()
@@ -164,6 +182,9 @@ func (s *Spool) syncSegments(segs []*segment) error {
 
 // appendAcks writes removal ranges to acks.log. Flusher only.
 func (s *Spool) appendAcks(acks []ackRange, doSync bool) error {
+	if s.ackFile == nil {
+		return errors.New("acks.log not written yet (checkpoint pending)")
+	}
 	buf := s.ackBuf[:0]
 	for _, r := range acks {
 		buf = appendAckRecord(buf, r)
@@ -173,6 +194,7 @@ func (s *Spool) appendAcks(acks []ackRange, doSync bool) error {
 		// Keep the file a sequence of whole records.
 		return errors.Join(err, s.ackFile.Truncate(s.ackSize))
 	}
+	s.written.Add(uint64(len(buf)))
 	s.ackSize += int64(len(buf))
 	s.ackUnsynced = !doSync
 	if !doSync {
@@ -183,17 +205,23 @@ func (s *Spool) appendAcks(acks []ackRange, doSync bool) error {
 }
 
 // checkpointLocked encodes a complete acks.log: 1..W removed, where W is
-// just below the oldest live record, plus the removed runs above W. Caller
+// just below the oldest live record, plus the removed runs above W. Every
+// entry is written twice: a checkpoint is small and holds the whole ack
+// state, so one damaged entry must not bring its messages back. Caller
 // holds s.mu.
 func (s *Spool) checkpointLocked() []byte {
 	buf := ackHeader()
+	put := func(r ackRange) {
+		buf = appendAckRecord(buf, r)
+		buf = appendAckRecord(buf, r)
+	}
 	w := s.nextID - 1
 	if s.live > 0 {
 		g, i := s.oldestLocked()
 		w = g.base + ID(i) - 1
 	}
 	if w >= 1 {
-		buf = appendAckRecord(buf, ackRange{1, w})
+		put(ackRange{1, w})
 	}
 	for _, g := range s.segs {
 		if g.dead == segHeaderSize || g.last() <= w {
@@ -214,12 +242,12 @@ func (s *Spool) checkpointLocked() []byte {
 				continue
 			}
 			if run.first != 0 {
-				buf = appendAckRecord(buf, run)
+				put(run)
 			}
 			run = ackRange{id, id}
 		}
 		if run.first != 0 {
-			buf = appendAckRecord(buf, run)
+			put(run)
 		}
 	}
 	return buf
@@ -233,7 +261,8 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	n, err := f.Write(data)
+	s.written.Add(uint64(n))
 	if err == nil && doSync {
 		s.syncs.Add(1)
 		err = f.Sync()

@@ -145,28 +145,54 @@ func ackHeader() []byte {
 // rangeSet is a sorted list of disjoint, non-adjacent removed-ID ranges.
 type rangeSet []ackRange
 
-// parseAckLog decodes acks.log content. It returns the ranges and the
-// number of bytes that were unreadable (a torn or corrupt tail).
-func parseAckLog(b []byte) (rangeSet, int, error) {
-	if len(b) < ackHeaderSize || string(b[:4]) != ackMagic {
-		return nil, len(b), nil
-	}
-	if b[4] != formatVersion {
-		return nil, 0, fmt.Errorf("acks.log: unsupported format version %d", b[4])
+// ackLog is what parseAckLog could read of acks.log.
+type ackLog struct {
+	ranges    rangeSet
+	good      int   // readable entries
+	bad       int   // entries whose CRC failed (skipped)
+	torn      int64 // bytes of a partial entry at the end (cut at Open)
+	badHeader bool  // header damaged (the entries were read anyway)
+}
+
+// damaged reports whether anything in acks.log was unreadable.
+func (a ackLog) damaged() bool { return a.bad > 0 || a.torn > 0 || a.badHeader }
+
+// parseAckLog decodes acks.log content. Entries have a fixed size and
+// their own CRC, so a bad one is skipped and reading goes on with the next:
+// damage costs only the damaged entries. A header that is not ours is
+// counted as damage and the entries behind it are read anyway; only a
+// header that names another version with our magic is refused.
+func parseAckLog(b []byte) (ackLog, error) {
+	var a ackLog
+	switch {
+	case len(b) < ackHeaderSize:
+		a.badHeader = true // an emptied or torn file
+		a.torn = int64(len(b))
+		return a, nil
+	case string(b[:4]) == ackMagic && b[4] != formatVersion && isZero(b[5:8]):
+		return a, fmt.Errorf("%w %d in acks.log", ErrUnknownVersion, b[4])
+	case string(b[:4]) != ackMagic || b[4] != formatVersion || !isZero(b[5:8]):
+		a.badHeader = true
 	}
 	var rs []ackRange
 	off := ackHeaderSize
 	for ; off+ackRecSize <= len(b); off += ackRecSize {
 		r := b[off : off+ackRecSize]
-		if binary.LittleEndian.Uint32(r) != crc32.Checksum(r[4:], castagnoli) {
-			break
+		if binary.LittleEndian.Uint32(r) != crc32.Checksum(r[4:], castagnoli) || r[4] != ackKindRemove {
+			a.bad++
+			continue
 		}
-		a := ackRange{ID(binary.LittleEndian.Uint64(r[8:])), ID(binary.LittleEndian.Uint64(r[16:]))}
-		if r[4] == ackKindRemove && a.first > 0 && a.first <= a.last {
-			rs = append(rs, a)
+		rg := ackRange{ID(binary.LittleEndian.Uint64(r[8:])), ID(binary.LittleEndian.Uint64(r[16:]))}
+		if rg.first == 0 || rg.first > rg.last {
+			a.bad++
+			continue
 		}
+		a.good++
+		rs = append(rs, rg)
 	}
-	return mergeRanges(rs), len(b) - off, nil
+	a.torn = int64(len(b) - off)
+	a.ranges = mergeRanges(rs)
+	return a, nil
 }
 
 func mergeRanges(rs []ackRange) rangeSet {

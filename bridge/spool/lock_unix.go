@@ -19,7 +19,7 @@ func lockDir(path string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, errors.New("in use by another spool")
+			return nil, ErrLocked
 		}
 		return nil, err
 	}

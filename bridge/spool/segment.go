@@ -1,8 +1,9 @@
 package spool
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -25,6 +26,7 @@ type segment struct {
 	dead     int64 // header + bytes of removed records
 	lo       int   // every record below lo is removed (scan hint)
 	sealed   bool  // no longer appended to
+	readErr  bool  // Open could not read all of it; never appended to
 	unsynced bool  // written since the last fsync; listed in Spool.unsynced
 	newFile  bool  // its directory entry is not fsynced yet
 }
@@ -75,16 +77,116 @@ func (g *segment) nextLive(from int) int {
 	return -1
 }
 
-// loadResult says what loadSegment found.
-type loadResult struct {
-	seg       *segment // nil if the file was removed or quarantined
-	truncated int64    // bytes cut off a corrupt tail
-	reason    string   // why, for the log
+// addSkipped indexes a record that could not be read (damaged): it is
+// removed from the start and spans n bytes at off (0 for all but the first
+// of a damaged run).
+func (g *segment) addSkipped(off, n int64) {
+	if len(g.offs)>>6 >= len(g.removed) {
+		g.removed = append(g.removed, 0)
+	}
+	g.offs = append(g.offs, uint32(off))
+	g.size = off + n
+	g.setRemoved(len(g.offs) - 1)
+	g.dead += n
 }
 
-// loadSegment opens and verifies one segment file: records after the first
-// bad one (or at/after limit, the next segment's first ID) are truncated
-// away. removed marks the IDs acks.log says are gone.
+// loadResult says what loadSegment found.
+type loadResult struct {
+	seg        *segment   // nil if the file was removed or quarantined
+	emptied    bool       // the file held no record at all and was removed
+	quarantine string     // the file was unreadable and renamed to this path
+	badHeader  bool       // the header was damaged (and rewritten)
+	truncated  int64      // bytes cut off a torn or corrupt tail
+	skipped    []ackRange // IDs of damaged records skipped inside the file
+	skipBytes  int64      // bytes of those records
+	ioErr      error      // a read error ended the scan early (the segment is sealed)
+}
+
+// winSize is the read window of loadSegment.
+const winSize = 256 << 10
+
+// segReader reads a segment through a window of its bytes (ReadAt), so that
+// the resync scan can look at every offset without a syscall per byte.
+type segReader struct {
+	f     *os.File
+	size  int64
+	start int64
+	buf   []byte
+}
+
+// at returns n bytes at off; io.ErrUnexpectedEOF past the end.
+func (r *segReader) at(off int64, n int) ([]byte, error) {
+	if off >= r.start && off+int64(n) <= r.start+int64(len(r.buf)) {
+		return r.buf[off-r.start : off-r.start+int64(n)], nil
+	}
+	if off+int64(n) > r.size {
+		return nil, io.ErrUnexpectedEOF
+	}
+	size := int(min(int64(max(n, winSize)), r.size-off))
+	if cap(r.buf) < size || cap(r.buf) > 4*winSize && size <= winSize {
+		r.buf = make([]byte, size)
+	}
+	r.buf = r.buf[:size]
+	if _, err := r.f.ReadAt(r.buf, off); err != nil {
+		r.buf = r.buf[:0]
+		return nil, err
+	}
+	r.start = off
+	return r.buf[:n], nil
+}
+
+// record checks for a valid record at off whose ID is in lo..hi-1; it
+// returns its length and ID, n == 0 if there is none. The cheap checks
+// (length, ID range, flags) come before the CRC, so the resync scan over
+// garbage costs little more than reading it.
+func (r *segReader) record(off int64, lo, hi ID) (int64, ID, error) {
+	if r.size-off < recOverhead {
+		return 0, 0, nil
+	}
+	h, err := r.at(off, recOverhead)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := int64(binary.LittleEndian.Uint32(h)) + recHeaderSize
+	id := ID(binary.LittleEndian.Uint64(h[recHeaderSize:]))
+	flags := h[recHeaderSize+8]
+	if n < recOverhead || n > r.size-off || id < lo || id >= hi || flags&^7 != 0 || flags&3 == 3 {
+		return 0, 0, nil
+	}
+	rec, err := r.at(off, int(n))
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, _, _, err := checkRecord(rec); err != nil {
+		return 0, 0, nil
+	}
+	return n, id, nil
+}
+
+// resync looks for the first valid record after a bad one at bad, whose ID
+// was to be want: a record at p can only hold IDs want+1 .. want+k where k
+// records of at least recOverhead bytes fit in p-bad. found is false if
+// there is none up to the end (a torn or corrupt tail).
+func (r *segReader) resync(bad int64, want, limit ID) (p, n int64, id ID, err error) {
+	for p = bad + 1; r.size-p >= recOverhead; p++ {
+		hi := min(want+1+ID((p-bad)/recOverhead), limit)
+		if n, id, err = r.record(p, want+1, hi); err != nil || n > 0 {
+			return p, n, id, err
+		}
+	}
+	return 0, 0, 0, nil
+}
+
+// loadSegment opens and verifies one segment file, whose first ID (from its
+// name) is base. A damaged record is skipped: reading resynchronises on the
+// next valid record, and the IDs in between are indexed as removed (the
+// caller counts them and writes them to acks.log as dropped). Records after
+// the last valid one (a torn or corrupt tail), and at or after limit (the
+// next segment's first ID), are truncated away. A damaged header is
+// rewritten if records follow it. A file with no valid record is removed if
+// it holds nothing but zeros (emptied, or torn while being created) and
+// quarantined (renamed, kept for inspection) otherwise. removed marks the
+// IDs acks.log says are gone.
 func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -95,57 +197,51 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 		f.Close()
 		return loadResult{}, err
 	}
-	size := fi.Size()
-	hdr := make([]byte, segHeaderSize)
-	n, _ := io.ReadFull(f, hdr)
+	r := &segReader{f: f, size: fi.Size()}
+	var res loadResult
+	hdr, herr := r.at(0, segHeaderSize)
 	switch {
-	case n < segHeaderSize || isZero(hdr):
-		// Torn while being created: it holds no record.
+	case herr == io.ErrUnexpectedEOF:
+		res.badHeader = true // torn while being created, or emptied
+	case herr != nil:
+		res.ioErr = herr
+	case string(hdr[:4]) == segMagic && hdr[4] != formatVersion && isZero(hdr[5:8]):
 		f.Close()
-		return loadResult{truncated: size, reason: "torn segment header"}, os.Remove(path)
-	case string(hdr[:4]) != segMagic || ID(binary.LittleEndian.Uint64(hdr[8:])) != base:
-		f.Close()
-		return loadResult{truncated: size, reason: "bad segment header, renamed to .corrupt"},
-			os.Rename(path, path+".corrupt")
-	case hdr[4] != formatVersion:
-		f.Close()
-		return loadResult{}, fmt.Errorf("%s: unsupported format version %d", path, hdr[4])
+		return loadResult{}, fmt.Errorf("%w %d", ErrUnknownVersion, hdr[4])
+	case string(hdr[:4]) != segMagic || hdr[4] != formatVersion || !isZero(hdr[5:8]) ||
+		ID(binary.LittleEndian.Uint64(hdr[8:])) != base:
+		res.badHeader = true
 	}
 
 	g := &segment{base: base, path: path, f: f, size: segHeaderSize, dead: segHeaderSize}
-	r := bufio.NewReaderSize(io.NewSectionReader(f, segHeaderSize, size-segHeaderSize), 64<<10)
-	var buf []byte
-	var res loadResult
-	for off := int64(segHeaderSize); off < size; {
-		if size-off < recOverhead {
-			res.reason = "torn record"
-			break
-		}
-		buf = append(buf[:0], make([]byte, recHeaderSize)...)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			res.reason = "read: " + err.Error()
-			break
-		}
-		n := int64(binary.LittleEndian.Uint32(buf)) + recHeaderSize
-		if n < recOverhead || n > size-off {
-			res.reason = "torn record"
-			break
-		}
-		buf = append(buf, make([]byte, n-recHeaderSize)...)
-		if _, err := io.ReadFull(r, buf[recHeaderSize:]); err != nil {
-			res.reason = "read: " + err.Error()
-			break
-		}
-		id, _, _, err := checkRecord(buf)
+	good := 0 // valid records read
+	off := int64(segHeaderSize)
+	for res.ioErr == nil && off < r.size {
 		want := base + ID(g.count())
-		if err != nil || id != want || id >= limit {
-			res.reason = "bad record"
-			if err == nil {
-				res.reason = fmt.Sprintf("unexpected id %d, want %d", id, want)
+		n, id, err := r.record(off, want, min(want+1, limit))
+		if err == nil && n == 0 {
+			var p int64
+			p, n, id, err = r.resync(off, want, limit)
+			if err == nil && n > 0 {
+				// Records want..id-1 are damaged: index them as removed.
+				res.skipped = append(res.skipped, ackRange{want, id - 1})
+				res.skipBytes += p - off
+				g.addSkipped(off, p-off)
+				for range id - want - 1 {
+					g.addSkipped(p, 0)
+				}
+				off = p
 			}
+		}
+		if err != nil {
+			res.ioErr = err
 			break
+		}
+		if n == 0 {
+			break // nothing valid up to the end: a torn or corrupt tail
 		}
 		g.add(off, n)
+		good++
 		if removed.contains(id) {
 			g.setRemoved(g.count() - 1)
 			g.live--
@@ -153,11 +249,30 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 		}
 		off += n
 	}
-	if g.size < size {
-		res.truncated = size - g.size
+
+	if good == 0 && (res.badHeader || res.ioErr != nil) {
+		// Not ours, or nothing readable in it.
+		f.Close()
+		if empty, err := holdsNothing(path, base); res.ioErr == nil && err == nil && empty {
+			res.emptied, res.truncated = true, r.size
+			return res, os.Remove(path)
+		}
+		res.quarantine = quarantineName(path)
+		res.truncated = r.size
+		return res, os.Rename(path, res.quarantine)
+	}
+	if res.ioErr == nil && g.size < r.size {
+		res.truncated = r.size - g.size
 		if err := f.Truncate(g.size); err != nil {
 			f.Close()
-			return loadResult{}, fmt.Errorf("truncate %s: %w", path, err)
+			return loadResult{}, fmt.Errorf("truncate: %w", err)
+		}
+	}
+	if res.badHeader {
+		// In place: needs no free space.
+		if _, err := f.WriteAt(segHeader(base), 0); err != nil {
+			f.Close()
+			return loadResult{}, fmt.Errorf("rewrite header: %w", err)
 		}
 	}
 	g.lo = max(g.nextLive(0), 0)
@@ -166,6 +281,46 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 	}
 	res.seg = g
 	return res, nil
+}
+
+// holdsNothing reports whether the file holds only zero bytes (or none),
+// or a prefix of its own header: emptied by a power cut, or torn while
+// being created.
+func holdsNothing(path string, base ID) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for first := true; ; first = false {
+		n, err := io.ReadFull(f, buf)
+		if first && n < segHeaderSize && bytes.HasPrefix(segHeader(base), buf[:n]) {
+			return true, nil
+		}
+		if !isZero(buf[:n]) {
+			return false, nil
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// quarantineName is where an unreadable file is moved: its name plus
+// ".quarantine", and a number if that exists already. The name no longer
+// ends in ".seg", so Open ignores it from then on.
+func quarantineName(path string) string {
+	q := path + ".quarantine"
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(q); errors.Is(err, os.ErrNotExist) {
+			return q
+		}
+		q = fmt.Sprintf("%s.quarantine.%d", path, i)
+	}
 }
 
 func isZero(b []byte) bool {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -96,6 +97,10 @@ const (
 // checkpoint (also at least 4x the size of the last checkpoint).
 const ackCompactMin = 256 << 10
 
+// ckptRetry is how long the flusher waits after a failed acks checkpoint
+// (a full disk) before it tries again.
+const ckptRetry = 5 * time.Second
+
 // dropLogEvery rate-limits the "spool full" warning.
 const dropLogEvery = 10 * time.Second
 
@@ -116,20 +121,25 @@ type Stats struct {
 	DiskBytes int64 // size of all segment files
 	Segments  int   // segment files
 
-	Appended    uint64                // messages appended since Open
-	Acked       uint64                // messages acked since Open
-	Dropped     map[DropReason]uint64 // messages dropped since Open, by reason
-	Recovered   int64                 // unacked messages found by Open
-	CorruptTail int64                 // torn or corrupt tails cut off by Open
-	Syncs       uint64                // fsyncs issued (files and directory) since Open
-}
+	Appended  uint64                // messages appended since Open
+	Acked     uint64                // messages acked since Open
+	Dropped   map[DropReason]uint64 // messages dropped since Open, by reason
+	Recovered int64                 // unacked messages found by Open
 
-var (
-	// ErrClosed is returned by methods called after Close.
-	ErrClosed = errors.New("spool: closed")
-	// ErrTooLarge is returned by Append for a message that can never fit.
-	ErrTooLarge = errors.New("spool: message too large")
-)
+	// Damage found by Open (see the package documentation, "Damage").
+	CorruptTail   int64  // torn or corrupt segment tails cut off, emptied segments included
+	Skipped       int64  // unacked records lost to damage inside a segment (also in Dropped[DropCorrupt])
+	DamagedBytes  int64  // segment bytes that could not be read (cut tails, skipped records, quarantined files)
+	Quarantined   int64  // unreadable files moved aside (*.quarantine)
+	EmptySegments int64  // segment files found empty (a power cut) and removed
+	AckDamage     int64  // unreadable acks.log entries (+1 for a damaged, emptied or missing file)
+	IDGap         uint64 // IDs skipped so that none is handed out twice (unclean stop or lost records)
+
+	// Since Open.
+	NoSpace      uint64 // appends refused with ErrNoSpace
+	BytesWritten uint64 // bytes written to the spool's files (flash wear)
+	Syncs        uint64 // fsyncs issued (files and directory)
+}
 
 // Spool is a durable FIFO of messages; see the package documentation.
 // Its methods are safe for concurrent use.
@@ -150,8 +160,12 @@ type Spool struct {
 	ackUnsynced bool // written without fsync (SyncNone)
 	compactAt   int64
 	ackBuf      []byte
+	ckptDue     bool      // a checkpoint is owed (set by Open)
+	ckptRetryAt time.Time // after a failed checkpoint, not before this
+	ackWarnAt   time.Time // last "writing acks failed" warning
 
-	syncs atomic.Uint64
+	syncs   atomic.Uint64
+	written atomic.Uint64 // bytes written to files
 
 	mu        sync.Mutex
 	closed    bool
@@ -170,6 +184,15 @@ type Spool struct {
 	acksSpare []ackRange    // recycled by the flusher
 	wbuf      []byte        // record encoding scratch
 
+	// The ids file (ids.go), guarded by mu; the flusher fsyncs idsFile.
+	idsFile     *os.File
+	idsSeq      uint64
+	idsUnsynced bool
+	idsDirNew   bool      // created; the directory needs an fsync
+	ceiling     ID        // every ID handed out is below it
+	idsRetryAt  time.Time // after a failed write, not before this
+	idsLoggedAt time.Time
+
 	dropLoggedAt  time.Time // last "spool full" warning
 	dropsUnlogged int       // drops since then
 	// Counters for Stats.
@@ -178,6 +201,14 @@ type Spool struct {
 	dropped   map[DropReason]uint64
 	recovered int64
 	corrupt   int64
+	noSpace   uint64
+	// Damage found by Open.
+	skipped      int64
+	damagedBytes int64
+	quarantined  int64
+	emptied      int64
+	ackDamage    int64
+	idGap        uint64
 }
 
 // batch is one group commit: Appends waiting for the same flush.
@@ -193,8 +224,11 @@ type callback struct {
 	fn func(ID, error)
 }
 
-// Open opens or creates the spool in opts.Dir and recovers its content. It
-// fails if another process has the directory open.
+// Open opens or creates the spool in opts.Dir and recovers its content:
+// damage is repaired, counted in Stats and logged, and costs at most the
+// damaged records. Open needs no free disk space. If the directory cannot
+// be used at all (created, locked, read; another spool has it open; a file
+// of an unknown format version) it returns an *OpenError.
 func Open(opts Options) (*Spool, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("spool: no directory")
@@ -217,11 +251,12 @@ func Open(opts Options) (*Spool, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("spool: %w", err)
+		return nil, &OpenError{Dir: opts.Dir, Op: "create directory", Err: err}
 	}
-	lock, err := lockDir(filepath.Join(opts.Dir, lockFileName))
+	lockPath := filepath.Join(opts.Dir, lockFileName)
+	lock, err := lockDir(lockPath)
 	if err != nil {
-		return nil, fmt.Errorf("spool: lock %s: %w", opts.Dir, err)
+		return nil, &OpenError{Dir: opts.Dir, Op: "lock", Path: lockPath, Err: err}
 	}
 	s := &Spool{
 		opts:      opts,
@@ -234,103 +269,15 @@ func Open(opts Options) (*Spool, error) {
 	}
 	if err := s.recover(); err != nil {
 		s.closeFiles()
-		return nil, fmt.Errorf("spool: open %s: %w", opts.Dir, err)
+		return nil, err
 	}
 	s.log.Info("spool opened", "dir", opts.Dir, "messages", s.live, "bytes", s.liveBytes,
-		"segments", len(s.segs), "next_id", uint64(s.nextID), "corrupt_tails", s.corrupt)
+		"segments", len(s.segs), "next_id", uint64(s.nextID), "corrupt_tails", s.corrupt,
+		"skipped", s.skipped, "quarantined", s.quarantined)
 	s.wg.Add(1)
 	go s.flushLoop()
+	s.kickFlusher() // the checkpoint, the ids fsync
 	return s, nil
-}
-
-// recover rebuilds the index from the directory. Called by Open only.
-func (s *Spool) recover() error {
-	dir := s.opts.Dir
-	os.Remove(filepath.Join(dir, ackTmpName))
-	ackData, err := os.ReadFile(filepath.Join(dir, ackFileName))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	removed, bad, err := parseAckLog(ackData)
-	if err != nil {
-		return err
-	}
-	if bad > 0 {
-		s.corrupt++
-		s.log.Warn("acks.log has a corrupt tail; some acked messages may be sent again",
-			"bytes", bad)
-	}
-
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	var bases []ID
-	for _, e := range ents {
-		if b, ok := parseSegName(e.Name()); ok && e.Type().IsRegular() {
-			bases = append(bases, b)
-		}
-	}
-	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
-
-	maxID := removed.max()
-	for i, base := range bases {
-		path := segPath(dir, base)
-		limit := ^ID(0)
-		if i+1 < len(bases) {
-			limit = bases[i+1]
-			if removed.covers(base, limit-1) {
-				// Every ID it can hold is acked: no need to read it.
-				if err := os.Remove(path); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		res, err := loadSegment(path, base, limit, removed)
-		if err != nil {
-			return err
-		}
-		if res.truncated > 0 {
-			s.corrupt++
-			s.log.Warn("cut corrupt segment tail", "segment", filepath.Base(path),
-				"reason", res.reason, "bytes", res.truncated)
-		}
-		g := res.seg
-		if g == nil {
-			continue
-		}
-		maxID = max(maxID, g.last())
-		s.segs = append(s.segs, g)
-		s.live += int64(g.live)
-		s.diskBytes += g.size
-		for j := range g.count() {
-			if !g.isRemoved(j) {
-				s.liveBytes += g.recLen(j) - recOverhead
-			}
-		}
-	}
-	s.nextID = maxID + 1
-
-	// Only the last segment may stay active, and only if the next ID
-	// continues it. Seal the rest; delete the sealed ones with nothing live.
-	for i, g := range s.segs {
-		last := i == len(s.segs)-1
-		g.sealed = !last || g.last()+1 != s.nextID || g.size >= s.opts.SegmentSize
-		if g.sealed {
-			s.pinned += g.dead
-		}
-	}
-	for _, g := range append([]*segment(nil), s.segs...) {
-		if g.sealed && g.live == 0 {
-			s.deleteSegmentLocked(g)
-		}
-	}
-	s.recovered = s.live
-
-	// A fresh checkpoint drops ranges of deleted segments and any torn tail.
-	ckpt := s.checkpointLocked()
-	return s.writeCheckpoint(ckpt, s.opts.Sync != SyncNone)
 }
 
 // Append stores m and returns its ID once it is durable as Options.Sync
@@ -423,7 +370,8 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 	s.makeRoomLocked(size)
 	g, err := s.activeLocked(recLen)
 	if err != nil {
-		s.failLocked(fmt.Errorf("spool: new segment: %w", err))
+		// Nothing was written: not a reason to fail the spool.
+		err = s.writeErrLocked("new segment", err)
 		s.mu.Unlock()
 		return 0, nil, err
 	}
@@ -435,15 +383,18 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 		if terr := g.f.Truncate(g.size); terr != nil {
 			s.failLocked(fmt.Errorf("spool: write: %w (truncate: %v)", err, terr))
 		}
+		err = s.writeErrLocked("write", err)
 		s.mu.Unlock()
-		return 0, nil, fmt.Errorf("spool: write: %w", err)
+		return 0, nil, err
 	}
+	s.written.Add(uint64(len(s.wbuf)))
 	if cap(s.wbuf) > 1<<20 {
 		s.wbuf = nil // do not pin a huge buffer after a huge message
 	}
 	g.add(g.size, recLen)
 	s.markUnsyncedLocked(g)
 	s.nextID++
+	s.raiseCeilingLocked()
 	s.live++
 	s.liveBytes += size
 	s.diskBytes += recLen
@@ -467,6 +418,16 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 	s.kickFlusher()
 	s.mu.Unlock()
 	return id, b, nil
+}
+
+// writeErrLocked wraps an error of the append path; a full disk becomes
+// ErrNoSpace (counted). Caller holds s.mu.
+func (s *Spool) writeErrLocked(op string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		s.noSpace++
+		return fmt.Errorf("%w: %s: %w", ErrNoSpace, op, err)
+	}
+	return fmt.Errorf("spool: %s: %w", op, err)
 }
 
 // makeRoomLocked drops the oldest live records until size more bytes fit.
@@ -540,6 +501,7 @@ func (s *Spool) createSegmentLocked(base ID) (*segment, error) {
 		os.Remove(path)
 		return nil, err
 	}
+	s.written.Add(segHeaderSize)
 	g := &segment{base: base, path: path, f: f, size: segHeaderSize, dead: segHeaderSize, newFile: true}
 	s.segs = append(s.segs, g)
 	s.diskBytes += segHeaderSize
@@ -768,16 +730,26 @@ func (s *Spool) Stats() Stats {
 		d[k] = v
 	}
 	return Stats{
-		Messages:    s.live,
-		Bytes:       s.liveBytes,
-		DiskBytes:   s.diskBytes,
-		Segments:    len(s.segs),
-		Appended:    s.appended,
-		Acked:       s.acked,
-		Dropped:     d,
-		Recovered:   s.recovered,
-		CorruptTail: s.corrupt,
-		Syncs:       s.syncs.Load(),
+		Messages:  s.live,
+		Bytes:     s.liveBytes,
+		DiskBytes: s.diskBytes,
+		Segments:  len(s.segs),
+		Appended:  s.appended,
+		Acked:     s.acked,
+		Dropped:   d,
+		Recovered: s.recovered,
+
+		CorruptTail:   s.corrupt,
+		Skipped:       s.skipped,
+		DamagedBytes:  s.damagedBytes,
+		Quarantined:   s.quarantined,
+		EmptySegments: s.emptied,
+		AckDamage:     s.ackDamage,
+		IDGap:         s.idGap,
+
+		NoSpace:      s.noSpace,
+		BytesWritten: s.written.Load(),
+		Syncs:        s.syncs.Load(),
 	}
 }
 
@@ -801,8 +773,20 @@ func (s *Spool) Close() error {
 	s.wg.Wait()
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	err := s.failed
+	if err == nil {
+		// Every record is durable: the next Open may continue the IDs
+		// exactly here.
+		if werr := s.writeIDsLocked(idsState{clean: true, next: s.nextID, ceiling: s.ceiling}); werr != nil {
+			s.log.Warn("cannot mark the spool closed cleanly; ids will skip ahead at the next open", "err", werr)
+		}
+	}
+	s.mu.Unlock()
+	if serr := s.syncIDs(); serr != nil {
+		s.log.Warn("cannot mark the spool closed cleanly; ids will skip ahead at the next open", "err", serr)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.log.Info("spool closed", "messages", s.live, "bytes", s.liveBytes, "err", err)
 	return errors.Join(err, s.closeFiles())
 }
@@ -815,6 +799,9 @@ func (s *Spool) closeFiles() error {
 	}
 	if s.ackFile != nil {
 		errs = append(errs, s.ackFile.Close())
+	}
+	if s.idsFile != nil {
+		errs = append(errs, s.idsFile.Close())
 	}
 	errs = append(errs, s.lock.Close()) // releases the flock
 	return errors.Join(errs...)
