@@ -9,7 +9,7 @@ import (
 func benchAppend(b *testing.B, mode SyncMode, parallelism int) {
 	s := openT(b, Options{Dir: b.TempDir(), Sync: mode, SyncInterval: DefaultSyncInterval, MaxBytes: 1 << 30})
 	msg := Message{Topic: "site-a/sensors/temp/42", Payload: make([]byte, 256), QoS: 1}
-	before := s.Stats().Syncs
+	before, wbefore := s.Stats().Syncs, s.Stats().BytesWritten
 	b.SetParallelism(parallelism)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -25,6 +25,7 @@ func benchAppend(b *testing.B, mode SyncMode, parallelism int) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	b.ReportMetric(float64(s.Stats().Syncs-before)/float64(b.N), "fsyncs/msg")
+	b.ReportMetric(float64(s.Stats().BytesWritten-wbefore)/float64(b.N), "disk-B/msg")
 }
 
 // BenchmarkAppendBatch: 64 appenders per CPU share group commits (SyncBatch,

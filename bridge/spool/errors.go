@@ -3,6 +3,7 @@ package spool
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 )
 
 var (
@@ -45,7 +46,8 @@ type OpenError struct {
 }
 
 func (e *OpenError) Error() string {
-	if e.Path != "" {
+	var pe *fs.PathError
+	if e.Path != "" && !(errors.As(e.Err, &pe) && pe.Path == e.Path) {
 		return fmt.Sprintf("spool %s: %s %s: %v", e.Dir, e.Op, e.Path, e.Err)
 	}
 	return fmt.Sprintf("spool %s: %s: %v", e.Dir, e.Op, e.Err)

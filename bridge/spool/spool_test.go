@@ -539,3 +539,41 @@ func TestWriteFailureIsSticky(t *testing.T) {
 		t.Fatalf("after reopen: %v", got)
 	}
 }
+
+// TestFlashAccounting: Stats.BytesWritten counts every byte the spool
+// writes (records, segment headers, acks.log, the ids file) and Syncs every
+// fsync, for an operator sizing SD-card wear.
+func TestFlashAccounting(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			s := openT(t, Options{Dir: dir, Sync: mode})
+			flushNow(s) // the checkpoint owed since Open
+			st0 := s.Stats()
+			const n = 100
+			var want uint64 = segHeaderSize
+			for i := 1; i <= n; i++ {
+				m := testMsg(i)
+				want += uint64(recOverhead + len(m.Topic) + len(m.Payload))
+			}
+			appendN(t, s, 1, n)
+			st := s.Stats()
+			if got := st.BytesWritten - st0.BytesWritten; got != want {
+				t.Fatalf("%d bytes written for %d records, want %d", got, n, want)
+			}
+			if mode == SyncAlways && st.Syncs-st0.Syncs < 1 || mode == SyncNone && st.Syncs != st0.Syncs {
+				t.Fatalf("%s: %d fsyncs", mode, st.Syncs-st0.Syncs)
+			}
+			for id := ID(1); id <= n; id++ {
+				s.Ack(id)
+			}
+			flushNow(s)
+			// One entry per flush that carried acks (in-order acks coalesce).
+			if got := s.Stats().BytesWritten - st.BytesWritten; got == 0 || got%ackRecSize != 0 {
+				t.Fatalf("%d bytes written for acks, want whole %d-byte entries", got, ackRecSize)
+			}
+			t.Logf("%s: %.1f bytes written per %d-byte message, %d fsyncs for %d appends",
+				mode, float64(want)/n, len(testMsg(1).Payload), st.Syncs-st0.Syncs, n)
+		})
+	}
+}
