@@ -431,6 +431,21 @@ func TestAckLogDamage(t *testing.T) {
 			t.Fatalf("new id %d, want 3002", id)
 		}
 	})
+	t.Run("garbage", func(t *testing.T) {
+		dir := copyDir(t, src)
+		path := filepath.Join(dir, ackFileName)
+		os.WriteFile(path, bytes.Repeat([]byte{0xa5}, 56), 0o600)
+		s, lb := openLog(t, Options{Dir: dir})
+		es := all(t, s)
+		st := s.Stats()
+		s.Close()
+		if len(es) != 3001 || st.Quarantined != 1 || lb.line("ERROR", "moved aside", path) == "" {
+			t.Fatalf("%d entries, stats %+v, log:\n%s", len(es), st, lb)
+		}
+		if _, err := os.Stat(path + ".quarantine"); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("missing", func(t *testing.T) {
 		dir := copyDir(t, src)
 		os.Remove(filepath.Join(dir, ackFileName))

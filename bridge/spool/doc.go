@@ -15,6 +15,8 @@
 //	0000000000000a3c.seg      ... only the newest one (the active one) is appended to
 //	acks.log                  removed-ID ranges (acks and drops)
 //	acks.log.tmp              a checkpoint being written; deleted at Open
+//	ids                       the ID high-water mark and the clean-stop mark (ids.go)
+//	*.quarantine              unreadable files Open moved aside, kept for inspection
 //
 // A segment starts with a 16-byte header
 //
@@ -41,8 +43,18 @@
 // one range, so an in-order ack stream costs one record per flush. When the
 // file has grown past a threshold it is replaced by a checkpoint (written to
 // acks.log.tmp, fsynced, renamed): one range 1..W, where W is just below the
-// oldest live record, plus the removed ranges above W (out-of-order acks).
-// Open always writes such a checkpoint, which also discards a torn tail.
+// oldest live record, plus the removed ranges above W (out-of-order acks),
+// every entry written twice (a checkpoint is small and holds the whole ack
+// state). The flusher writes one soon after every Open, which also drops
+// damaged entries; Open itself writes nothing that needs free space.
+//
+// All three files are format version 1; the ids file was added without
+// changing the other two, and a spool without it (written before it
+// existed) opens as before and gets one (TestReadsMainFormat). A header
+// with our magic, zero reserved bytes and another version makes Open fail
+// with ErrUnknownVersion and touch nothing: a newer format is not guessed
+// at. (A damaged version byte looks the same; the caller reports it and the
+// rest of the gateway runs.)
 //
 // # Durability contract
 //
@@ -70,8 +82,10 @@
 // ErrClosed; only an AppendAsync called after Close gets ErrClosed.
 //
 // Every fsync is done by one flusher goroutine, never under the spool's
-// lock: each segment written since the last flush, the directory if a
-// segment was created (so its name survives), then acks.log. If a write or
+// lock: the ids file if it changed, each segment written since the last
+// flush, the directory if a segment was created (so its name survives),
+// then acks.log. Stats.BytesWritten and Stats.Syncs count every byte
+// written to the spool's files and every fsync (flash wear). If a write or
 // an fsync fails the spool is failed: the waiting and every later Append
 // return the error, and the pending and later AppendAsyncs report it to
 // their done (a failed fsync may have dropped dirty pages; retrying it
@@ -87,15 +101,61 @@
 // Next and Peek see a record as soon as it is written, before its fsync, so
 // the bridge may already send it upstream while its Append still waits.
 // After a power loss such a record may be gone (it was never confirmed to
-// the sensor) and its ID may be given to a new record: IDs are unique among
-// records that were ever durable.
+// the sensor); its ID is not given to a new record, because after an
+// unclean stop IDs continue above the high-water mark (ids.go).
 //
-// Open scans every segment that still holds live records, verifies each
-// record's length, CRC and ID, and truncates a segment at its first bad
-// record (a torn or corrupt tail: counted in Stats.CorruptTail and logged).
-// Segments entirely covered by acks.log are deleted without being read. A
-// segment whose header is not ours is renamed to *.corrupt and skipped; an
-// unknown format version makes Open fail rather than guess.
+// # Damage
+//
+// Damage costs the damaged records and no more; Open repairs, counts (Stats)
+// and logs it, and succeeds. Open scans every segment that still holds live
+// records (segments entirely covered by acks.log are deleted unread) and
+// verifies each record's length, CRC32C and ID:
+//
+//   - A bad record in the middle of a segment (bit rot, a bad flash page) is
+//     skipped: reading resynchronises on the next valid record, found by
+//     scanning forward for a length, ID (in the range the skipped bytes can
+//     hold), flags and CRC that all check out. The skipped IDs are counted
+//     (Stats.Skipped, Dropped[DropCorrupt]), logged at ERROR with the path,
+//     and written to acks.log as dropped, so the next Open does not count
+//     them again. 1,000 records in one segment, one byte flipped halfway:
+//     999 are served (TestFlippedByteMidSegment; every byte of a record
+//     flipped in turn loses exactly that record, TestFlipEveryByteOfMiddleRecord).
+//   - Bad bytes up to the end of a segment (a torn write, or damage in the
+//     last record) are cut off (Stats.CorruptTail, WARN).
+//   - A damaged segment header is rewritten if records follow it. A segment
+//     with no readable record that holds only zeros or a prefix of its
+//     header (emptied by a power cut, or torn while being created) is
+//     removed with a WARN (Stats.EmptySegments); one holding anything else
+//     is renamed to *.quarantine and logged at ERROR with its path
+//     (Stats.Quarantined).
+//   - acks.log entries have a fixed size and their own CRC: a bad one is
+//     skipped and the rest are read; an emptied, missing or unreadable file
+//     (the latter is quarantined) loses its acks. Either way Open logs a
+//     WARN with may_resend, the number of live messages that may have been
+//     acked already (an upper bound; they are sent again: at least once).
+//     3,000 acked messages with one unacked before them: any single flipped
+//     byte but the version byte re-sends none; an emptied acks.log re-sends
+//     the 3,000, with the WARN saying may_resend=3001 (TestAckLogDamage).
+//   - IDs never go back: the ids file keeps a high-water mark that survives
+//     losing any segment, so an emptied, cut, quarantined or deleted newest
+//     segment does not make IDs restart (Stats.IDGap counts the IDs skipped;
+//     TestEmptiedNewestSegment). See ids.go for why an unclean stop skips up
+//     to 2^20 IDs.
+//
+// # Full disk and unusable directories
+//
+// Open needs no free space: it only reads, truncates, renames and removes,
+// and overwrites the ids file in place (if the file is missing and cannot
+// be created, appends retry later). On a full file system it opens an
+// intact spool and serves it (Next, Peek, Ack); an Append that does not fit
+// fails with ErrNoSpace (also errors.Is syscall.ENOSPC) and stores nothing,
+// and the spool is not failed: appends work again once space is free, for
+// example after acks delete a segment (TestOpenOnFullDisk,
+// TestDiskFillsWhileOpen, on tmpfs mounts). Acks that cannot be written
+// then are logged (at most every 10 s) and cost duplicates after a restart.
+// A directory that cannot be used at all (not creatable, a directory where
+// a file should be, a read-only mount, in use, an unknown version) makes
+// Open return an *OpenError (TestOpenErrors).
 //
 // # Bounds and overflow policy
 //
