@@ -1,0 +1,153 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// flushLoop is the group-commit goroutine: it sleeps on s.kick (no timer
+// ticks while idle), holds the window open, then writes (and fsyncs) what
+// was appended and completes the waiters it covers.
+func (s *Store) flushLoop() {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-s.kick:
+		case <-s.quit:
+			s.flush(true)
+			return
+		}
+		if !s.window(t) {
+			s.flush(true)
+			return
+		}
+		s.flush(false)
+	}
+}
+
+// window waits for more records to join the write. SyncNone writes at
+// once (a record must reach the file quickly to survive kill -9);
+// SyncAlways ends the window as soon as someone waits; SyncBatch holds it
+// for SyncInterval. It returns false when the store is closing.
+func (s *Store) window(t *time.Timer) bool {
+	if s.opts.Sync == SyncNone {
+		return true
+	}
+	always := s.opts.Sync == SyncAlways
+	t.Reset(s.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		if always && s.hasWaiters() {
+			return true
+		}
+		select {
+		case <-t.C:
+			return true
+		case <-s.kick:
+		case <-s.quit:
+			return false
+		}
+	}
+}
+
+func (s *Store) hasWaiters() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters) > 0
+}
+
+// flush writes the pending records, or a snapshot when the log has grown
+// CompactRatio times the live state (or a write failed and the file lacks
+// records) or, when final, when the log holds dead records. Flusher only.
+func (s *Store) flush(final bool) {
+	s.mu.Lock()
+	buf := s.pending
+	s.pending, s.spare = s.spare[:0], nil
+	upTo := s.pos
+	limit := max(s.opts.CompactMin, int64(s.opts.CompactRatio)*s.md.live)
+	size := s.fileSize + int64(len(buf))
+	var snap []byte
+	if s.failed == nil && (s.dirty || size > limit || (final && size > s.md.live+headerSize)) {
+		snap = s.md.snapshot() // covers buf: the model has every appended record
+	}
+	s.mu.Unlock()
+
+	var err error
+	switch {
+	case snap != nil:
+		if err = s.compact(snap); err != nil {
+			s.log.Error("state compaction failed; appending instead", "err", err)
+			err = s.write(buf, final)
+		} else {
+			s.mu.Lock()
+			s.dirty = false
+			s.mu.Unlock()
+		}
+	case len(buf) > 0 || final:
+		err = s.write(buf, final)
+	}
+
+	s.mu.Lock()
+	if cap(buf) <= 1<<20 {
+		s.spare = buf[:0]
+	}
+	if err == nil && s.failed == nil {
+		s.durable.Store(upTo)
+	}
+	if s.failed != nil {
+		err = s.failed
+	}
+	var done []waiter
+	keep := s.waiters[:0]
+	for _, w := range s.waiters {
+		if w.pos <= upTo || err != nil {
+			done = append(done, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(s.waiters[len(keep):])
+	s.waiters = keep
+	s.mu.Unlock()
+	for _, w := range done {
+		w.fn(err)
+	}
+}
+
+// write appends buf to the file and fsyncs per the mode. A failed write
+// is cut off again and leaves the file behind the model (dirty): the next
+// flush writes a snapshot. A failed fsync fails the store for good (the
+// kernel may have dropped the dirty pages; retrying it would lie).
+func (s *Store) write(buf []byte, final bool) error {
+	if len(buf) > 0 {
+		n, err := s.file.WriteAt(buf, s.fileSize)
+		s.bytesWritten.Add(int64(n))
+		if err != nil {
+			s.writeErrors.Add(1)
+			s.file.Truncate(s.fileSize)
+			s.mu.Lock()
+			s.dirty = true
+			s.mu.Unlock()
+			s.log.Error("state write failed; the change is kept in memory and written by the next compaction", "err", err)
+			return fmt.Errorf("state store: write: %w", err)
+		}
+		s.mu.Lock()
+		s.fileSize += int64(n)
+		s.mu.Unlock()
+	}
+	if s.opts.Sync == SyncNone && !final {
+		return nil
+	}
+	s.fsyncs.Add(1)
+	if err := s.file.Sync(); err != nil {
+		err = fmt.Errorf("state store: fsync: %w", err)
+		s.log.Error("state fsync failed; broker state is no longer durable", "err", err)
+		s.mu.Lock()
+		s.failed = err
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,447 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sync says when written records are fsynced (persistence.sync).
+type Sync uint8
+
+const (
+	// SyncBatch: one fsync per SyncInterval for everything written in it
+	// (group commit). The zero value.
+	SyncBatch Sync = iota
+	// SyncAlways: an fsync as soon as someone waits for a record; waiters
+	// that arrive meanwhile share the next one.
+	SyncAlways
+	// SyncNone: records are written (they survive kill -9) but never
+	// fsynced except by compaction and Close.
+	SyncNone
+)
+
+// String returns the configuration name of the mode.
+func (m Sync) String() string {
+	switch m {
+	case SyncBatch:
+		return "batch"
+	case SyncAlways:
+		return "always"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("Sync(%d)", uint8(m))
+}
+
+// ParseSync parses "always", "batch" or "none".
+func ParseSync(s string) (Sync, error) {
+	for _, m := range []Sync{SyncBatch, SyncAlways, SyncNone} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("state store: unknown sync mode %q (want always, batch or none)", s)
+}
+
+// Options configure a Store.
+type Options struct {
+	Dir          string
+	Sync         Sync
+	SyncInterval time.Duration // batch window; 0 = 20ms
+	// CompactRatio: the log is rewritten as a snapshot when it is this many
+	// times the live state (and at least CompactMin). 0 = 4.
+	CompactRatio int
+	CompactMin   int64 // 0 = 1 MiB
+	Log          *slog.Logger
+}
+
+const (
+	logName  = "state.log"
+	tmpName  = "state.log.tmp"
+	lockName = "LOCK"
+)
+
+// Stats are the store's counters, for flash-wear accounting.
+type Stats struct {
+	BytesWritten   int64 // every byte written to the disk: records and snapshots
+	RecordBytes    int64 // bytes of records appended (framing included)
+	Records        int64 // records appended
+	Fsyncs         int64 // file and directory fsyncs
+	Compactions    int64 // snapshots written
+	LogBytes       int64 // size of state.log now
+	LiveBytes      int64 // size a snapshot of the live state has
+	SkippedRecords int64 // damaged or unreadable records skipped at Open
+	SkippedBytes   int64 // their bytes, torn tails included
+	Quarantined    int64 // files moved aside at Open
+	WriteErrors    int64
+	Failed         bool // an fsync failed: nothing written since is promised
+}
+
+// Store is the durable broker state: an append-only log of changes
+// (state.log) that is rewritten as a snapshot of the live state when it has
+// grown CompactRatio times larger than that state. See the package
+// documentation for the format and the durability contract.
+type Store struct {
+	opts Options
+	log  *slog.Logger
+	lock *os.File
+
+	mu       sync.Mutex
+	md       *model
+	pending  []byte // encoded records not yet written; appended under mu
+	spare    []byte
+	pos      uint64 // records appended so far (positions start at 1)
+	nextSeq  uint64
+	waiters  []waiter
+	dirty    bool  // the file lacks records the model has: the next flush compacts
+	failed   error // an fsync failed
+	closed   bool
+	fileSize int64 // flusher only, read under mu for Stats
+	file     *os.File
+
+	durable atomic.Uint64 // highest position written (and synced per the mode)
+
+	kick chan struct{}
+	quit chan struct{}
+	wg   sync.WaitGroup
+
+	bytesWritten, recordBytes, records, fsyncs, compactions, writeErrors atomic.Int64
+	skippedRecords, skippedBytes, quarantined                             int64
+}
+
+type waiter struct {
+	pos uint64
+	fn  func(error)
+}
+
+// Open loads the state in opts.Dir and starts the store's flusher. A
+// damaged state file never makes it fail: damaged records are skipped, an
+// unreadable file is moved aside (state.log.corrupt-<unix time>) and
+// logged at ERROR. It fails only when the directory cannot be used at all
+// (created, locked, written).
+func Open(opts Options) (*Store, *State, error) {
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = 20 * time.Millisecond
+	}
+	if opts.CompactRatio <= 1 {
+		opts.CompactRatio = 4
+	}
+	if opts.CompactMin <= 0 {
+		opts.CompactMin = 1 << 20
+	}
+	lg := opts.Log
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	lg = lg.With("store", "state")
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("state store: %w", err)
+	}
+	lock, err := lockFile(filepath.Join(opts.Dir, lockName))
+	if err != nil {
+		return nil, nil, fmt.Errorf("state store: lock %s: %w", opts.Dir, err)
+	}
+	s := &Store{opts: opts, log: lg, lock: lock, md: newModel(),
+		kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	if err := s.load(); err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	s.nextSeq = s.md.maxSeq + 1
+	st := s.md.state()
+	s.wg.Add(1)
+	go s.flushLoop()
+	return s, st, nil
+}
+
+// load reads state.log into the model and leaves s.file open for appending.
+func (s *Store) load() error {
+	path := filepath.Join(s.opts.Dir, logName)
+	os.Remove(filepath.Join(s.opts.Dir, tmpName)) // an interrupted compaction; state.log is intact
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Unreadable (an I/O error): keep it for inspection, start afresh.
+		s.log.Error("state file unreadable; moved aside, starting with empty broker state", "err", err)
+		s.quarantine(path)
+		b = nil
+	}
+	compact := false
+	switch {
+	case b == nil:
+		compact = true // a new file
+	case len(b) < headerSize || string(b[:4]) != fileMagic || b[4] != formatVersion:
+		why := "not a state file"
+		if len(b) >= headerSize && string(b[:4]) == fileMagic {
+			why = fmt.Sprintf("format version %d (this edgegw reads %d)", b[4], formatVersion)
+		}
+		if len(b) < headerSize && len(b) > 0 && string(b) == fileMagic[:min(len(b), 4)] {
+			why = "truncated header"
+		}
+		s.quarantinedLog(path, why, len(b))
+		compact = true
+	default:
+		res := scan(b[headerSize:], func(r rec) { s.md.apply(&r) })
+		s.skippedRecords = int64(res.badRecords)
+		s.skippedBytes = res.skipped + res.tail
+		if res.tail > 0 {
+			s.skippedRecords++
+		}
+		switch {
+		case res.skipped > 0 || res.badRecords > 0:
+			// Damage inside the file: keep the original for inspection,
+			// continue with every record that could be read.
+			s.log.Error("state file damaged; skipped the damaged records, kept the rest; original moved aside",
+				"skipped_records", s.skippedRecords, "skipped_bytes", s.skippedBytes, "records", res.records)
+			s.quarantine(path)
+			compact = true
+		case res.tail > 0:
+			s.log.Warn("state file ends in a torn record (power cut?); dropped it",
+				"bytes", res.tail, "records", res.records)
+			compact = true
+		}
+		s.fileSize = int64(headerSize) + res.lastGoodEnd + res.tail
+	}
+	if compact || s.fileSize > max(s.opts.CompactMin, int64(s.opts.CompactRatio)*s.md.live) {
+		if err := s.compact(s.md.snapshot()); err == nil {
+			return nil
+		} else if b == nil || s.quarantined > 0 {
+			return fmt.Errorf("state store: %w", err)
+		} else {
+			// No room to rewrite it (a full disk): append to the file as it
+			// is; the next Open skips the torn tail again.
+			s.log.Error("state file could not be rewritten; appending to it as it is", "err", err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("state store: %w", err)
+	}
+	s.file = f
+	return nil
+}
+
+func (s *Store) quarantinedLog(path, why string, size int) {
+	s.log.Error("state file unreadable; moved aside, starting with empty broker state", "reason", why, "bytes", size)
+	s.quarantine(path)
+}
+
+// quarantine renames path to <path>.corrupt-<unix ns>.
+func (s *Store) quarantine(path string) {
+	s.quarantined++
+	dst := fmt.Sprintf("%s.corrupt-%d", path, time.Now().UnixNano())
+	if err := os.Rename(path, dst); err != nil {
+		s.log.Error("state file could not be moved aside", "err", err)
+		return
+	}
+	s.log.Error("state file moved aside", "path", dst)
+}
+
+// compact replaces state.log with data: write a temporary file, fsync it,
+// rename it over state.log, fsync the directory. Always fsynced whatever
+// the sync mode: a rename of unsynced data over good data could lose both
+// in a power cut. Flusher only (or Open).
+func (s *Store) compact(data []byte) error {
+	tmp := filepath.Join(s.opts.Dir, tmpName)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	_, err = f.Write(data)
+	s.bytesWritten.Add(int64(len(data)))
+	if err == nil {
+		s.fsyncs.Add(1)
+		err = f.Sync()
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(s.opts.Dir, logName))
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("compact: %w", err)
+	}
+	if s.file != nil {
+		s.file.Close()
+	}
+	s.file = f
+	s.mu.Lock()
+	s.fileSize = int64(len(data))
+	s.mu.Unlock()
+	s.compactions.Add(1)
+	s.fsyncs.Add(1)
+	if err := syncDir(s.opts.Dir); err != nil {
+		return fmt.Errorf("compact: sync dir: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// append encodes r, applies it to the model and returns its position.
+func (s *Store) append(r *rec) uint64 {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0
+	}
+	first := len(s.pending) == 0
+	n := len(s.pending)
+	s.pending = appendRec(s.pending, r)
+	s.recordBytes.Add(int64(len(s.pending) - n))
+	s.records.Add(1)
+	s.md.apply(r)
+	s.pos++
+	p := s.pos
+	s.mu.Unlock()
+	if first {
+		s.wake()
+	}
+	return p
+}
+
+func (s *Store) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// RetainSet records a retained message (replacing the topic's previous one).
+func (s *Store) RetainSet(m Msg) uint64 { return s.append(&rec{op: opRetainSet, msg: m}) }
+
+// RetainDel records that topic has no retained message any more.
+func (s *Store) RetainDel(topic string) uint64 { return s.append(&rec{op: opRetainDel, topic: topic}) }
+
+// SessionPut records a persistent session's own state (creating it).
+func (s *Store) SessionPut(client string, m SessionMeta) uint64 {
+	return s.append(&rec{op: opSessionPut, client: client, meta: m})
+}
+
+// SessionDel removes a session and everything it holds.
+func (s *Store) SessionDel(client string) uint64 {
+	return s.append(&rec{op: opSessionDel, client: client})
+}
+
+// SubPut records a subscription (replacing one on the same filter).
+func (s *Store) SubPut(client string, sub Sub) uint64 {
+	return s.append(&rec{op: opSubPut, client: client, sub: sub})
+}
+
+// SubDel removes a subscription.
+func (s *Store) SubDel(client, filter string) uint64 {
+	return s.append(&rec{op: opSubDel, client: client, topic: filter})
+}
+
+// QAdd records a message queued for a session and returns its sequence
+// number (queue order, and its name in QDel/QSent/QReleased).
+func (s *Store) QAdd(client string, e Entry) (seq, pos uint64) {
+	s.mu.Lock()
+	seq = s.nextSeq
+	s.nextSeq++
+	s.mu.Unlock()
+	e.Seq = seq
+	return seq, s.append(entryRec(client, &e))
+}
+
+// QDel removes a queued or in-flight message (acknowledged, dropped or expired).
+func (s *Store) QDel(client string, seq uint64) uint64 {
+	return s.append(&rec{op: opQDel, client: client, seq: seq})
+}
+
+// QSent records the packet id a QoS 2 message was sent with.
+func (s *Store) QSent(client string, seq uint64, pid uint16) uint64 {
+	return s.append(&rec{op: opQSent, client: client, seq: seq, pid: pid})
+}
+
+// QReleased records PUBREC for a QoS 2 message: only its PUBREL is due.
+func (s *Store) QReleased(client string, seq uint64) uint64 {
+	return s.append(&rec{op: opQReleased, client: client, seq: seq})
+}
+
+// InQoS2 records an inbound QoS 2 packet id whose PUBREL has not come.
+func (s *Store) InQoS2(client string, pid uint16) uint64 {
+	return s.append(&rec{op: opInQoS2, client: client, pid: pid})
+}
+
+// InQoS2Del records the PUBREL of an inbound QoS 2 packet id.
+func (s *Store) InQoS2Del(client string, pid uint16) uint64 {
+	return s.append(&rec{op: opInQoS2Del, client: client, pid: pid})
+}
+
+// WhenDurable calls fn once the record at pos (and every one before it) is
+// kept per the sync mode, or with the error that prevents it. fn is called
+// from the flusher goroutine, or at once; it must not block.
+func (s *Store) WhenDurable(pos uint64, fn func(error)) {
+	s.mu.Lock()
+	if err := s.failed; err != nil || pos <= s.durable.Load() {
+		s.mu.Unlock()
+		fn(err)
+		return
+	}
+	if s.closed {
+		s.mu.Unlock()
+		fn(errors.New("state store closed"))
+		return
+	}
+	s.waiters = append(s.waiters, waiter{pos, fn})
+	s.mu.Unlock()
+	s.wake()
+}
+
+// Wait blocks until the record at pos is kept per the sync mode.
+func (s *Store) Wait(pos uint64) error {
+	ch := make(chan error, 1)
+	s.WhenDurable(pos, func(err error) { ch <- err })
+	return <-ch
+}
+
+// Stats returns the counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		BytesWritten: s.bytesWritten.Load(), RecordBytes: s.recordBytes.Load(), Records: s.records.Load(),
+		Fsyncs: s.fsyncs.Load(), Compactions: s.compactions.Load(), LogBytes: s.fileSize + int64(len(s.pending)),
+		LiveBytes: s.md.live + headerSize, SkippedRecords: s.skippedRecords, SkippedBytes: s.skippedBytes,
+		Quarantined: s.quarantined, WriteErrors: s.writeErrors.Load(), Failed: s.failed != nil,
+	}
+}
+
+// Close writes and fsyncs everything, rewrites the log as a snapshot if it
+// holds dead records (a cleaned or expired session then leaves no trace),
+// and stops the flusher. Appends after Close are ignored.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.quit)
+	s.wg.Wait()
+	s.mu.Lock()
+	err := s.failed
+	s.mu.Unlock()
+	if s.file != nil {
+		s.file.Close()
+	}
+	s.lock.Close()
+	return err
+}

@@ -1,0 +1,106 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string, sync Sync) (*Store, *State) {
+	t.Helper()
+	s, st, err := Open(Options{Dir: dir, Sync: sync, SyncInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, st
+}
+
+// fill writes a representative state: retained messages, a session with
+// subscriptions, queued and in-flight messages and inbound QoS 2 ids.
+func fill(t *testing.T, s *Store, n int) uint64 {
+	t.Helper()
+	var pos uint64
+	s.RetainSet(Msg{Topic: "r/1", Payload: []byte("one"), QoS: 1, Retain: true})
+	s.RetainSet(Msg{Topic: "r/2", Payload: []byte("two"), Retain: true, Origin: "c"})
+	s.RetainDel("r/2")
+	s.SessionPut("act", SessionMeta{Expiry: time.Hour, DisconnectedAt: 1234})
+	s.SubPut("act", Sub{Filter: "cmd/#", QoS: 2, NoLocal: true, RetainHandling: 2, SubID: 7})
+	s.SubPut("act", Sub{Filter: "$share/g/x", QoS: 1})
+	for i := range n {
+		_, pos = s.QAdd("act", Entry{Msg: Msg{Topic: "cmd/x", Payload: []byte(fmt.Sprint("m", i)), QoS: 2,
+			Expiry: time.Unix(2000000000, 0), Props: []byte{1, 2}}, QoS: 1 + byte(i%2), SubIDs: []uint32{7}})
+	}
+	s.QDel("act", 1)
+	s.QSent("act", 2, 42)
+	s.QReleased("act", 2)
+	s.QSent("act", 4, 43)
+	s.InQoS2("act", 9)
+	s.InQoS2("act", 10)
+	s.InQoS2Del("act", 9)
+	s.SessionPut("gone", SessionMeta{Expiry: time.Minute})
+	s.SubPut("gone", Sub{Filter: "a"})
+	s.SessionDel("gone")
+	return pos
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, mode := range []Sync{SyncAlways, SyncBatch, SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			s, st := open(t, dir, mode)
+			if len(st.Retained)+len(st.Sessions) != 0 {
+				t.Fatalf("fresh store has state %+v", st)
+			}
+			pos := fill(t, s, 10)
+			if err := s.Wait(pos); err != nil {
+				t.Fatal(err)
+			}
+			want := s.md.state()
+			if mode == SyncNone {
+				// kill -9: nothing more than what was written; no Close.
+				b, _ := os.ReadFile(filepath.Join(dir, logName))
+				md := newModel()
+				scan(b[headerSize:], func(r rec) { md.apply(&r) })
+				if got := md.state(); !reflect.DeepEqual(got, want) {
+					t.Fatalf("after write, file replays to\n%+v\nwant\n%+v", got, want)
+				}
+			}
+			s.Close()
+			_, got := open(t, dir, mode)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("reopened\n%+v\nwant\n%+v", got, want)
+			}
+			if len(got.Retained) != 1 || len(got.Sessions) != 1 || len(got.Sessions[0].Queue) != 9 ||
+				!got.Sessions[0].Queue[0].Released || got.Sessions[0].Queue[0].Msg.Payload != nil ||
+				got.Sessions[0].Queue[2].PID != 43 || !reflect.DeepEqual(got.Sessions[0].InQoS2, []uint16{10}) {
+				t.Fatalf("state %+v", got)
+			}
+		})
+	}
+}
+
+// A cleaned session leaves no byte of itself in the file after Close.
+func TestDeletedSessionLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, SyncBatch)
+	s.SessionPut("secret-client", SessionMeta{Expiry: time.Hour})
+	s.SubPut("secret-client", Sub{Filter: "secret/topic"})
+	s.QAdd("secret-client", Entry{Msg: Msg{Topic: "secret/topic", Payload: []byte("secret-payload")}, QoS: 1})
+	s.Wait(s.SessionDel("secret-client"))
+	s.Close()
+	b, _ := os.ReadFile(filepath.Join(dir, logName))
+	for _, w := range []string{"secret-client", "secret/topic", "secret-payload"} {
+		if bytes.Contains(b, []byte(w)) {
+			t.Errorf("%q still on disk after Close", w)
+		}
+	}
+}
