@@ -428,6 +428,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 	}
 	var sends []retainedSend
 	var subID uint32
+	var statePos uint64 // the SUBACK waits for the subscriptions' records
 	if c.version == packet.V5 && len(p.Props.SubscriptionIDs) > 0 {
 		subID = p.Props.SubscriptionIDs[0]
 	}
@@ -446,15 +447,23 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 		qos := min(rs.QoS, 2)
 		sub := subscription{sess: c.sess, qos: qos, noLocal: rs.NoLocal, rap: rs.RetainAsPublished,
 			rh: rs.RetainHandling, subID: subID, group: group}
-		existed, ok := c.sess.subscribe(c, rs.Filter, inner, sub)
+		existed, pos, ok := c.sess.subscribe(c, rs.Filter, inner, sub)
 		if !ok {
 			return errClosed
 		}
+		statePos = max(statePos, pos)
 		codes[i] = packet.ReasonCode(qos)
 		// Retained messages: not for shared subscriptions; v5 retain
 		// handling 1 = only if new, 2 = never [MQTT-3.3.1-9..11].
 		if !shared && (rs.RetainHandling == 0 || (rs.RetainHandling == 1 && !existed)) {
 			sends = append(sends, retainedSend{inner, sub})
+		}
+	}
+	if statePos > 0 {
+		// A SUBACK is a promise too; the wait (at most one sync window)
+		// holds only this reader, with no lock held.
+		if err := c.srv.state.Wait(statePos); err != nil {
+			c.logf(slog.LevelWarn, "subscription not stored", "err", err)
 		}
 	}
 	c.sendCtrl(&packet.Suback{PacketID: p.PacketID, ReasonCodes: codes})
@@ -493,18 +502,18 @@ func (c *client) handleUnsubscribe(p *packet.Unsubscribe) error {
 
 // subscribe adds or replaces a subscription. filter is as the client sent
 // it, inner without a $share prefix.
-func (s *session) subscribe(c *client, filter, inner string, sub subscription) (existed, owner bool) {
+func (s *session) subscribe(c *client, filter, inner string, sub subscription) (existed bool, pos uint64, owner bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c || s.destroyed {
-		return false, false
+		return false, 0, false
 	}
 	existed = s.subs.set(filter, sub.group)
 	if !existed && isSys(filter) {
 		s.srv.sysSubs.Add(1)
 	}
 	s.srv.subs.Add(inner, treeKey(s.id, sub.group), sub) // [MQTT-3.8.4-3] replaces
-	return existed, true
+	return existed, s.persistSub(filter, sub), true
 }
 
 func (s *session) unsubscribe(c *client, filter string) (found, owner bool) {
@@ -519,6 +528,7 @@ func (s *session) unsubscribe(c *client, filter string) (found, owner bool) {
 			s.srv.sysSubs.Add(-1)
 		}
 		s.srv.subs.Remove(treeFilter(filter), treeKey(s.id, group))
+		s.persistUnsub(filter)
 	}
 	return found, true
 }

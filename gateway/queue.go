@@ -7,6 +7,7 @@ type queued struct {
 	qos    byte     // granted: min(message QoS, subscription QoS)
 	retain bool     // retain flag as it goes on the wire
 	subIDs []uint32 // v5 subscription identifiers of the matching subscriptions
+	seq    uint64   // its name in the state store; 0 when not stored (persist.go)
 }
 
 // deque is a FIFO ring of queued messages. It grows by doubling and shrinks
@@ -85,6 +86,13 @@ func (d *deque) removeFirstQoS0() (queued, bool) {
 		return q, true
 	}
 	return queued{}, false
+}
+
+// each calls fn for every entry, oldest first.
+func (d *deque) each(fn func(*queued)) {
+	for i := 0; i < d.size; i++ {
+		fn(&d.buf[(d.head+i)%len(d.buf)])
+	}
 }
 
 // drain empties the deque, calling fn for each entry.

@@ -51,6 +51,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 		// While connected, expiry 0 means exactly that.
 		endsWithConn := res.oldConn != nil && old.expiry == 0
 		if cleanStart || endsWithConn {
+			old.unpersist()
 			defer releaseWaiters(old.release()) // [MQTT-3.1.2-4] / v5 [MQTT-3.1.2-4]
 			old.mu.Unlock()
 			delete(r.sessions, id)
@@ -87,6 +88,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 			f.resend = true
 		}
 	}
+	s.persistAttached()
 	s.mu.Unlock()
 	res.sess = s
 	return res
@@ -117,6 +119,9 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 	// (an offline session gets the plain overflow policy, never flow control).
 	defer releaseWaiters(s.takeWaiters())
 	if s.expiry == 0 || r.closed {
+		if !r.closed { // at shutdown persistent sessions stay on disk
+			s.unpersist()
+		}
 		s.release()
 		if r.sessions[s.id] == s {
 			delete(r.sessions, s.id)
@@ -134,10 +139,13 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 			defer r.srv.publishWill(will)
 		} else {
 			s.will = will
+			s.willAt = time.Now().Add(delay)
 			gen := s.gen
 			s.willTimer = time.AfterFunc(delay, func() { r.fireWill(s, gen) })
 		}
 	}
+	s.offlineAt = time.Now()
+	s.persistMeta(s.offlineAt)
 	if s.expiry < neverExpires {
 		gen := s.gen
 		s.expiryTimer = time.AfterFunc(s.expiry, func() { r.expire(s, gen) })
@@ -160,6 +168,9 @@ func (r *registry) fireWill(s *session, gen uint64) {
 	s.will = nil
 	s.willTimer = nil
 	ok := s.conn == nil && !s.destroyed
+	if ok && w != nil {
+		s.persistMeta(s.offlineAt) // the will is gone from the disk too
+	}
 	s.mu.Unlock()
 	if w != nil && ok {
 		r.srv.publishWill(w)
@@ -178,6 +189,7 @@ func (r *registry) expire(s *session, gen uint64) {
 	}
 	w := s.will
 	s.will = nil
+	s.unpersist()
 	defer releaseWaiters(s.release())
 	delete(r.sessions, s.id)
 	s.mu.Unlock()
@@ -189,7 +201,8 @@ func (r *registry) expire(s *session, gen uint64) {
 }
 
 // shutdown stops every session timer; sessions stay in memory until the
-// process ends (persistence of sessions across restarts is not kept).
+// process ends, and persistent ones in the state store (persist.go) when
+// there is one.
 func (r *registry) shutdown() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -125,9 +125,14 @@ type deferrer interface {
 
 // keeper creates a message's keep on first need.
 type keeper struct {
-	d deferrer
-	k *keep
+	d   deferrer
+	k   *keep
+	pos uint64 // highest state-store record the acknowledgement waits for (persist.go)
 }
+
+// statePositioner is a deferrer whose message already has a state record
+// to wait for (an inbound QoS 2 packet id).
+type statePositioner interface{ statePos() uint64 }
 
 func (h *keeper) get() *keep {
 	if h == nil || h.d == nil {
@@ -150,10 +155,13 @@ func (h *keeper) get() *keep {
 // subscription or sink took the message.
 func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err error) {
 	s.stats.received.Add(1)
-	if m.Retain {
-		s.retain(m)
-	}
 	h := keeper{d: d}
+	if m.Retain {
+		h.pos = s.retain(m)
+	}
+	if sp, ok := d.(statePositioner); ok {
+		h.pos = max(h.pos, sp.statePos())
+	}
 	sinks, sinkErr := s.sinks.deliver(m, &h)
 
 	r := routingPool.Get().(*routing)
@@ -196,6 +204,9 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err e
 		if k := h.get(); k != nil {
 			sess.addWaiter(k)
 		}
+	}
+	if err := s.waitState(m, &h); err != nil {
+		sinkErr = errors.Join(sinkErr, err)
 	}
 	r.reset()
 	routingPool.Put(r)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/gateway/store"
 	"github.com/edgegw/edgegw/gateway/topics"
 )
 
@@ -38,6 +39,11 @@ type Options struct {
 	AllowAnonymous bool
 	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
 	Authorizer     Authorizer    // nil: everything allowed
+
+	// Store keeps retained messages and persistent sessions across
+	// restarts (persistence.dir); nil keeps everything in memory only.
+	// Call Server.Restore with what store.Open loaded before serving.
+	Store *store.Store
 }
 
 func (o Options) withDefaults() Options {
@@ -105,7 +111,8 @@ type Server struct {
 	retained *topics.Retained[*Message]
 	reg      registry
 	sinks    sinkSet
-	tarpit   tarpit // slows password guessing per source address
+	tarpit   tarpit       // slows password guessing per source address
+	state    *store.Store // nil: memory only (persist.go)
 
 	shareMu sync.Mutex
 	shareRR map[string]uint32 // round-robin position per shared group+filter
@@ -137,6 +144,7 @@ func New(opts Options, log *slog.Logger) *Server {
 		subs:     topics.NewTree[subscription](),
 		retained: topics.NewRetained[*Message](),
 		shareRR:  make(map[string]uint32),
+		state:    opts.Store,
 	}
 	s.reg.init(s)
 	return s
@@ -195,13 +203,15 @@ func (s *Server) Publish(m *Message) error {
 	return s.route(m)
 }
 
-// retain applies a PUBLISH's retain flag to the retained store.
-func (s *Server) retain(m *Message) {
+// retain applies a PUBLISH's retain flag to the retained store. It returns
+// the position of the state record to wait for (0: none).
+func (s *Server) retain(m *Message) uint64 {
 	if len(m.Payload) == 0 {
 		s.retained.Delete(m.Topic) // [MQTT-3.3.1-6]
-		return
+	} else {
+		s.retained.Set(m.Topic, m)
 	}
-	s.retained.Set(m.Topic, m)
+	return s.persistRetain(m)
 }
 
 // ctxWatch is the set of live connections served under one context.

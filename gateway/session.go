@@ -50,6 +50,10 @@ type session struct {
 
 	will      *Message // pending will after an abnormal close with a delay
 	willTimer *time.Timer
+	willAt    time.Time // when will is due
+
+	persisted bool      // the state store holds this session (persist.go)
+	offlineAt time.Time // when the last connection left (expiry counts from it)
 
 	// Flow control (see deliver): publishers whose acknowledgements wait
 	// for this session's queue to drain, and the stall guard that gives up
@@ -143,6 +147,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 		if qos > 0 && s.queue.len() > 0 {
 			old := s.queue.pop()
 			s.charge(-old.msg.size())
+			s.unstore(old)
 			s.srv.stats.drop(reason)
 			continue
 		}
@@ -154,7 +159,9 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	if subIDs != nil {
 		subIDs = append([]uint32(nil), subIDs...) // the routing buffer is reused
 	}
-	s.queue.push(queued{msg: m, qos: qos, retain: retain, subIDs: subIDs})
+	q := queued{msg: m, qos: qos, retain: retain, subIDs: subIDs}
+	s.persistQueued(&q, h)
+	s.queue.push(q)
 	s.charge(sz)
 	c := s.conn
 	high := 2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes
@@ -193,6 +200,7 @@ func (s *session) trimToLimits() {
 			old = s.queue.pop()
 		}
 		s.charge(-old.msg.size())
+		s.unstore(old)
 		s.srv.stats.drop(dropQueueFull)
 	}
 }
@@ -346,6 +354,7 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		taken += q.msg.size()
 		if q.msg.expired(now) {
 			s.charge(-q.msg.size())
+			s.unstore(q)
 			s.srv.stats.drop(dropExpired)
 			continue
 		}
@@ -360,6 +369,7 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		}
 		s.inflight[id] = &outflight{q: q, sent: now}
 		s.order = append(s.order, id)
+		s.persistSent(q, id)
 		out = append(out, outgoing{q: q, id: id})
 	}
 	more = s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window)
@@ -395,6 +405,7 @@ func (s *session) forget(id uint16, f *outflight) {
 	if !f.released {
 		s.charge(-f.q.msg.size())
 	}
+	s.unstore(f.q)
 }
 
 // dropUnsendable releases an in-flight message the client cannot take (too
@@ -460,6 +471,7 @@ func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVe
 	if !f.released {
 		f.released = true
 		s.charge(-f.q.msg.size()) // the payload is no longer needed once PUBREC arrived
+		s.persistReleased(f.q)
 	}
 	return ackIgnored, true, true
 }
@@ -487,6 +499,7 @@ func (s *session) ackPubcomp(c *client, id uint16) ackVerdict {
 type inbound2 struct {
 	kept    bool
 	waiters []func(error) // acks of duplicates waiting for the verdict
+	pos     uint64        // state record of the id; its PUBREC waits for it
 }
 
 // qos2State is what receiveQoS2 found.
@@ -517,6 +530,7 @@ func (s *session) receiveQoS2(c *client, id uint16) (qos2State, *inbound2) {
 		s.inboundQoS2 = make(map[uint16]*inbound2)
 	}
 	e := &inbound2{}
+	e.pos = s.persistInQoS2(id, true)
 	s.inboundQoS2[id] = e
 	return qos2Fresh, e
 }
@@ -535,6 +549,7 @@ func (s *session) qos2Verdict(id uint16, e *inbound2, err error) {
 		e.kept = true
 	} else {
 		delete(s.inboundQoS2, id)
+		s.persistInQoS2(id, false)
 	}
 	w := e.waiters
 	e.waiters = nil
@@ -585,6 +600,9 @@ func (s *session) forgetQoS2(c *client, id uint16) (found bool) {
 	}
 	_, found = s.inboundQoS2[id]
 	delete(s.inboundQoS2, id)
+	if found {
+		s.persistInQoS2(id, false)
+	}
 	return found
 }
 

@@ -83,7 +83,13 @@ func runGateway(ctx context.Context, p runParams) error {
 		}
 		opts.Authenticator, opts.Authorizer = files, files
 	}
+	state, loaded := openState(cfg.Persistence, log)
+	if state != nil {
+		opts.Store = state
+		defer state.Close() // after every subsystem has stopped: the final flush
+	}
 	gw := gateway.New(opts, log)
+	restoreState(gw, loaded, log)
 
 	// Until the errgroup owns them, listeners bound and bridges opened here
 	// are released by hand if a later step fails.

@@ -421,3 +421,18 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		t.Errorf("Retained.Match: %v allocs", a)
 	}
 }
+
+func TestTreeGet(t *testing.T) {
+	tr := NewTree[int]()
+	tr.Add("a/+/#", "k", 1)
+	tr.Add("a/b", "k", 2)
+	for _, c := range []struct {
+		filter, key string
+		v           int
+		ok          bool
+	}{{"a/+/#", "k", 1, true}, {"a/b", "k", 2, true}, {"a/b", "x", 0, false}, {"a/+", "k", 0, false}, {"z", "k", 0, false}} {
+		if v, ok := tr.Get(c.filter, c.key); v != c.v || ok != c.ok {
+			t.Errorf("Get(%q, %q) = %d, %v; want %d, %v", c.filter, c.key, v, ok, c.v, c.ok)
+		}
+	}
+}
