@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/gateway/packet"
 	"github.com/edgegw/edgegw/gateway/store"
 )
 
@@ -124,4 +125,114 @@ func TestStateWriteAmplification(t *testing.T) {
 			}
 		})
 	}
+}
+
+// persistentV5 connects a v5 client with a session expiry of an hour.
+func persistentV5(t *testing.T, b *broker, id string, mod func(*packet.Connect)) (*rawClient, *packet.Connack) {
+	t.Helper()
+	return rawConnect(t, b.addr, packet.V5, id, false, func(cp *packet.Connect) {
+		cp.Props.SessionExpiry = 3600
+		cp.Props.Set(packet.PropSessionExpiry)
+		if mod != nil {
+			mod(cp)
+		}
+	})
+}
+
+// QoS 2 state crosses a restart in both directions: an inbound packet id
+// awaiting PUBREL is not delivered twice when the publisher resends it,
+// and outgoing messages resume where they were: the PUBREL of a released
+// one, the PUBLISH (DUP, same packet id, subscription identifier) of an
+// unacknowledged one [MQTT-4.4.0-1].
+func TestStateQoS2AcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	b, st := stateBroker(t, dir, store.SyncBatch)
+	sub, _ := persistentV5(t, b, "sub", nil)
+	sub.subscribe(1, subID(5), packet.Subscription{Filter: "q2/#", QoS: 2})
+	pub, _ := persistentV5(t, b, "pub", nil)
+	pub.send(&packet.Publish{QoS: 2, PacketID: 7, Topic: "q2/a", Payload: []byte("A")})
+	if r := expect[*packet.Pubrec](t, pub, 10*time.Second); r.PacketID != 7 {
+		t.Fatalf("pubrec %+v", r)
+	}
+	// No PUBREL for 7: the id waits across the restart.
+	pub.send(&packet.Publish{QoS: 2, PacketID: 8, Topic: "q2/b", Payload: []byte("B")})
+	expect[*packet.Pubrec](t, pub, 10*time.Second)
+	pub.send(&packet.Pubrel{PacketID: 8})
+	expect[*packet.Pubcomp](t, pub, 10*time.Second)
+
+	a := sub.nextPublish(10 * time.Second)
+	bb := sub.nextPublish(10 * time.Second)
+	if string(a.Payload) != "A" || string(bb.Payload) != "B" || a.QoS != 2 {
+		t.Fatalf("subscriber got %q %q", a.Payload, bb.Payload)
+	}
+	sub.send(&packet.Pubrec{PacketID: a.PacketID}) // A released, no PUBCOMP; B unacknowledged
+	if r := expect[*packet.Pubrel](t, sub, 10*time.Second); r.PacketID != a.PacketID {
+		t.Fatalf("pubrel %+v", r)
+	}
+	sub.close()
+	pub.close()
+	eventually(t, 10*time.Second, "both offline", func() bool { return b.srv.Stats().SessionsConnected == 0 })
+	b.stop()
+	st.Close() // SIGTERM
+
+	b2, _ := stateBroker(t, dir, store.SyncBatch)
+	pub2, ack := persistentV5(t, b2, "pub", nil)
+	if !ack.SessionPresent {
+		t.Fatal("publisher's session not present after restart")
+	}
+	sub2, ack := persistentV5(t, b2, "sub", nil)
+	if !ack.SessionPresent {
+		t.Fatal("subscriber's session not present after restart")
+	}
+	if r := expect[*packet.Pubrel](t, sub2, 10*time.Second); r.PacketID != a.PacketID {
+		t.Fatalf("first after restart: pubrel %+v, want id %d", r, a.PacketID)
+	}
+	sub2.send(&packet.Pubcomp{PacketID: a.PacketID})
+	p := sub2.nextPublish(10 * time.Second)
+	if string(p.Payload) != "B" || !p.Dup || p.PacketID != bb.PacketID || len(p.Props.SubscriptionIDs) != 1 || p.Props.SubscriptionIDs[0] != 5 {
+		t.Fatalf("resent %+v, want B with DUP, id %d, subscription id 5", p, bb.PacketID)
+	}
+	sub2.send(&packet.Pubrec{PacketID: p.PacketID})
+	expect[*packet.Pubrel](t, sub2, 10*time.Second)
+	sub2.send(&packet.Pubcomp{PacketID: p.PacketID})
+
+	// The publisher resends 7: acknowledged again, not delivered again
+	// [MQTT-4.3.3-9]; the marker behind it is the next thing delivered.
+	pub2.send(&packet.Publish{Dup: true, QoS: 2, PacketID: 7, Topic: "q2/a", Payload: []byte("A")})
+	expect[*packet.Pubrec](t, pub2, 10*time.Second)
+	pub2.send(&packet.Pubrel{PacketID: 7})
+	expect[*packet.Pubcomp](t, pub2, 10*time.Second)
+	pub2.pub1(9, &packet.Publish{Topic: "q2/marker", Payload: []byte("M")})
+	if m := sub2.nextPublish(10 * time.Second); string(m.Payload) != "M" {
+		t.Fatalf("after the resent id 7 the subscriber got %q, want only the marker", m.Payload)
+	}
+}
+
+// A delayed will and the session expiry deadline are kept: after a
+// restart the will is published when due and the session expires.
+func TestStateWillAndExpiryAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	b, st := stateBroker(t, dir, store.SyncBatch)
+	w, _ := rawConnect(t, b.addr, packet.V5, "dev", false, func(cp *packet.Connect) {
+		cp.Props.SessionExpiry = 2
+		cp.Props.Set(packet.PropSessionExpiry)
+		cp.Will = &packet.Will{Topic: "will/dev", Payload: []byte("gone"), QoS: 1}
+		cp.Will.Props.WillDelay = 1
+		cp.Will.Props.Set(packet.PropWillDelay)
+	})
+	w.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "x", QoS: 1})
+	w.close() // abnormal: the will waits 1s
+	eventually(t, 10*time.Second, "offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
+	b.stop()
+	st.Close()
+
+	b2, _ := stateBroker(t, dir, store.SyncBatch)
+	if got := b2.srv.Stats().SessionsDisconnected; got != 1 {
+		t.Fatalf("restored %d sessions", got)
+	}
+	var got collector
+	watcher := pahoClient(t, b2.addr, "watcher", true, nil)
+	waitTok(t, watcher.Subscribe("will/#", 1, got.handle), "subscribe")
+	eventually(t, 10*time.Second, "will after restart", func() bool { return got.len() == 1 })
+	eventually(t, 10*time.Second, "session expiry after restart", func() bool { return b2.srv.Stats().Expired == 1 })
 }
