@@ -112,7 +112,7 @@ type Store struct {
 	wg   sync.WaitGroup
 
 	bytesWritten, recordBytes, records, fsyncs, compactions, writeErrors atomic.Int64
-	skippedRecords, skippedBytes, quarantined                             int64
+	skippedRecords, skippedBytes, quarantined                            int64
 }
 
 type waiter struct {
