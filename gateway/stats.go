@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"strconv"
+
+	"github.com/edgegw/edgegw/gateway/store"
 	"sync/atomic"
 	"time"
 )
@@ -68,6 +70,7 @@ type Stats struct {
 	SlowConsumers        int64            // subscribers that stopped draining while publishers waited on them
 	AuthFailures         int64            // logins refused for a bad user name or password
 	Closes               map[string]int64 // by close reason
+	State                *store.Stats     // the state store's writes (flash wear); nil without one
 }
 
 // Stats returns a snapshot. It walks the sessions, so call it at metrics
@@ -91,6 +94,10 @@ func (s *Server) Stats() Stats {
 	}
 	for r := dropReason(0); r < numDropReasons; r++ {
 		st.Drops[r.String()] = s.stats.drops[r].Load()
+	}
+	if s.state != nil {
+		ss := s.state.Stats()
+		st.State = &ss
 	}
 	for r := CloseReason(0); r < numCloseReasons; r++ {
 		st.Closes[r.String()] = s.stats.closes[r].Load()

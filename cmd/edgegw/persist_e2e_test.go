@@ -171,6 +171,9 @@ func TestBinaryStateSurvivesRestart(t *testing.T) {
 			e.run("mosquitto_pub", "-q", "1", "-r", "-t", "gone/r", "-m", "soon-cleared")
 			e.run("mosquitto_pub", "-q", "1", "-r", "-t", "gone/r", "-n")
 			e.run("mosquitto_pub", "-q", "1", "-t", "secret/x", "-m", "secret-payload")
+			if v := e.metric("edgegw_state_bytes_written_total"); v == "" || v == "0" {
+				t.Errorf("edgegw_state_bytes_written_total = %q", v)
+			}
 			// Every publish above was acknowledged: now stop (or crash).
 			e.stop(c.sig)
 			for _, w := range []string{"clean-client", "secret"} {
@@ -213,5 +216,52 @@ func TestBinaryExpiredSessionLeavesNothing(t *testing.T) {
 	e.stop(syscall.SIGTERM)
 	if b := e.stateBytes(); bytes.Contains(b, []byte("short-lived")) || len(b) == 0 {
 		t.Fatalf("expired session still on disk (%d bytes)", len(b))
+	}
+}
+
+// TestBinaryBridgedCommandSurvivesKill9: a command from the cloud (an `in`
+// rule) for an offline persistent subscriber (an actuator) is acknowledged
+// upstream only once it is kept, so kill -9 of edgegw right after does not
+// lose it.
+func TestBinaryBridgedCommandSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	cloud := freePort(t)
+	startMosquitto(t, cloud, t.TempDir())
+	chost, cport, _ := net.SplitHostPort(cloud)
+	e := newPersistEnv(t, buildEdgegw(t), "batch")
+	cfg, _ := os.ReadFile(e.cfg)
+	os.WriteFile(e.cfg, append(cfg, fmt.Sprintf(`
+bridges:
+  - name: cloud
+    addresses: ["tcp://%s"]
+    client_id: edge-cmd-test
+    reconnect_min: 100ms
+    reconnect_max: 500ms
+    topics:
+      - {pattern: "cmd/#", direction: in, qos: 1}
+`, cloud)...), 0o600)
+	e.start()
+	waitFor(t, 10*time.Second, "bridge connected", func() bool { return strings.Contains(e.g.logs(), "connected") })
+	e.run("mosquitto_sub", "-c", "-i", "actuator", "-q", "1", "-t", "cmd/#", "-E")
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := exec.CommandContext(ctx, "mosquitto_pub", "-h", chost, "-p", cport, "-q", "1", "-t", "cmd/valve",
+			"-m", fmt.Sprint("open-", i)).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("mosquitto_pub upstream: %v %s", err, out)
+		}
+	}
+	// Acknowledged upstream (the bridge counts it after the gateway kept it).
+	waitFor(t, 15*time.Second, "5 commands received", func() bool {
+		return e.metric(`edgegw_bridge_received_total{bridge="cloud"}`) == "5"
+	})
+	e.stop(syscall.SIGKILL)
+	e.start()
+	out := e.run("mosquitto_sub", "-c", "-i", "actuator", "-q", "1", "-t", "cmd/#", "-C", "5", "-W", "20")
+	if got := strings.Fields(out); strings.Join(got, ",") != "open-0,open-1,open-2,open-3,open-4" {
+		t.Fatalf("actuator got %q after kill -9", out)
 	}
 }

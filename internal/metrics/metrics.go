@@ -104,6 +104,20 @@ func collect(w *expo, src Sources) {
 			v(float64(st.SlowConsumers))
 		w.counter("edgegw_auth_failures_total", "Logins refused for a bad user name or password.").
 			v(float64(st.AuthFailures))
+		if s := st.State; s != nil { // persistence.dir: flash-write accounting
+			w.counter("edgegw_state_bytes_written_total", "Bytes written by the broker state store (records and snapshots).").
+				v(float64(s.BytesWritten))
+			w.counter("edgegw_state_fsyncs_total", "fsyncs by the broker state store.").v(float64(s.Fsyncs))
+			w.counter("edgegw_state_compactions_total", "Snapshots written by the broker state store.").v(float64(s.Compactions))
+			w.gauge("edgegw_state_log_bytes", "Size of the broker state log.").v(float64(s.LogBytes))
+			w.gauge("edgegw_state_live_bytes", "Size of a snapshot of the live broker state.").v(float64(s.LiveBytes))
+			w.counter("edgegw_state_skipped_records_total", "Damaged broker state records skipped at start.").v(float64(s.SkippedRecords))
+			failed := 0.0
+			if s.Failed {
+				failed = 1
+			}
+			w.gauge("edgegw_state_failed", "1 when an fsync of the broker state failed: new state is not durable.").v(failed)
+		}
 	}
 	if src.Bridges != nil {
 		bs := src.Bridges()
