@@ -191,10 +191,18 @@ func (c *client) handle(pk packet.Packet) error {
 		}
 		return c.acked(v, "PUBREC", p.PacketID)
 	case *packet.Pubrel:
-		found := c.sess.forgetQoS2(c, p.PacketID)
+		found, pos := c.sess.forgetQoS2(c, p.PacketID)
 		code := packet.Success
 		if !found && c.version == packet.V5 {
 			code = packet.PacketIDNotFound
+		}
+		if pos > 0 {
+			// After PUBCOMP the publisher may reuse the id for a new
+			// message; a restart must not find the old id and take the
+			// new message for a duplicate (persist.go).
+			id := p.PacketID // p is the reader's scratch
+			c.srv.state.WhenDurable(pos, func(error) { c.sendAck(packet.PUBCOMP, id, code) })
+			break
 		}
 		c.sendAck(packet.PUBCOMP, p.PacketID, code)
 		if found {

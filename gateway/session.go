@@ -591,19 +591,20 @@ func (s *session) hasInboundQoS2(id uint16) bool {
 	return ok
 }
 
-// forgetQoS2 removes an inbound QoS 2 id on PUBREL.
-func (s *session) forgetQoS2(c *client, id uint16) (found bool) {
+// forgetQoS2 removes an inbound QoS 2 id on PUBREL. pos is the state
+// record of the removal, which the PUBCOMP waits for (0: none).
+func (s *session) forgetQoS2(c *client, id uint16) (found bool, pos uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c {
-		return false
+		return false, 0
 	}
 	_, found = s.inboundQoS2[id]
 	delete(s.inboundQoS2, id)
 	if found {
-		s.persistInQoS2(id, false)
+		pos = s.persistInQoS2(id, false)
 	}
-	return found
+	return found, pos
 }
 
 // release frees everything the session holds. Caller holds s.mu; the
