@@ -265,3 +265,75 @@ bridges:
 		t.Fatalf("actuator got %q after kill -9", out)
 	}
 }
+
+// TestBinaryDamagedStateStillStarts: a damaged state file never keeps the
+// broker from starting: readable records are kept, the file is moved
+// aside and the damage is logged at ERROR; a state directory that cannot
+// be used at all leaves the broker running with its state in memory.
+func TestBinaryDamagedStateStillStarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildEdgegw(t)
+	t.Run("flipped byte", func(t *testing.T) {
+		e := newPersistEnv(t, bin, "batch")
+		e.start()
+		e.run("mosquitto_pub", "-q", "1", "-r", "-t", "keep/a", "-m", "first")
+		e.run("mosquitto_pub", "-q", "1", "-r", "-t", "keep/b", "-m", "second")
+		e.stop(syscall.SIGKILL)
+		path := filepath.Join(e.dir, "state", "state.log")
+		b, err := os.ReadFile(path)
+		i := bytes.Index(b, []byte("first"))
+		if err != nil || i < 0 {
+			t.Fatalf("state file: %v, %d bytes", err, len(b))
+		}
+		b[i] ^= 0xff // damage the keep/a record only
+		os.WriteFile(path, b, 0o600)
+		e.start()
+		if got := e.retainedNow("keep/+"); len(got) != 1 || got["keep/b"] != "second" {
+			t.Fatalf("retained after damage = %v, want keep/b only (the damaged record lost)", got)
+		}
+		if !strings.Contains(e.g.logs(), "level=ERROR msg=\"state file damaged") {
+			t.Fatalf("damage not logged at ERROR:\n%s", e.g.logs())
+		}
+		if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 1 {
+			t.Fatalf("damaged file not kept aside: %v", m)
+		}
+	})
+	t.Run("unusable dir", func(t *testing.T) {
+		e := newPersistEnv(t, bin, "batch")
+		os.WriteFile(filepath.Join(e.dir, "state"), []byte("a file where the state dir should be"), 0o600)
+		e.start()
+		e.run("mosquitto_pub", "-q", "1", "-r", "-t", "keep/a", "-m", "in memory")
+		if got := e.retainedNow("keep/+"); got["keep/a"] != "in memory" {
+			t.Fatalf("broker without its state dir: retained %v", got)
+		}
+		if !strings.Contains(e.g.logs(), "level=ERROR msg=\"broker state cannot be kept on disk") {
+			t.Fatalf("unusable state dir not logged at ERROR:\n%s", e.g.logs())
+		}
+	})
+}
+
+// TestBinaryNoPersistenceDir: without persistence.dir nothing survives a
+// restart.
+func TestBinaryNoPersistenceDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	e := newPersistEnv(t, buildEdgegw(t), "batch")
+	cfg, _ := os.ReadFile(e.cfg)
+	os.WriteFile(e.cfg, bytes.ReplaceAll(cfg, []byte("dir: \""+e.dir+"\""), []byte(`dir: ""`)), 0o600)
+	e.start()
+	e.run("mosquitto_pub", "-q", "1", "-r", "-t", "keep/a", "-m", "x")
+	if got := e.retainedNow("keep/+"); len(got) != 1 {
+		t.Fatalf("retained before restart: %v", got)
+	}
+	e.stop(syscall.SIGTERM)
+	e.start()
+	if got := e.retainedNow("keep/+"); len(got) != 0 {
+		t.Fatalf("retained after a restart without persistence.dir: %v", got)
+	}
+	if entries, _ := os.ReadDir(e.dir); len(entries) != 0 {
+		t.Fatalf("files written without persistence.dir: %v", entries)
+	}
+}

@@ -104,3 +104,62 @@ func TestDeletedSessionLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// What each sync mode promises when WhenDurable reports success: always
+// and batch after an fsync that covers the record, none after the write
+// only (no fsync).
+func TestDurableMeansSynced(t *testing.T) {
+	for _, mode := range []Sync{SyncAlways, SyncBatch, SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			s, _ := open(t, dir, mode)
+			before := s.fsyncs.Load()
+			pos := s.RetainSet(Msg{Topic: "a", Payload: []byte("payload-on-disk")})
+			synced := make(chan int64, 1)
+			s.WhenDurable(pos, func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				synced <- s.fsyncs.Load() - before
+			})
+			n := <-synced
+			b, _ := os.ReadFile(filepath.Join(dir, logName))
+			if !bytes.Contains(b, []byte("payload-on-disk")) {
+				t.Fatal("durable but not in the file")
+			}
+			if (mode == SyncNone) != (n == 0) {
+				t.Fatalf("%d fsyncs before the record was reported kept", n)
+			}
+		})
+	}
+}
+
+// The log stays within CompactRatio times the live state (or CompactMin):
+// a long add/delete churn does not grow the file.
+func TestCompactionBoundsTheLog(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := Open(Options{Dir: dir, Sync: SyncNone, CompactMin: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.SessionPut("act", SessionMeta{Expiry: time.Hour})
+	payload := bytes.Repeat([]byte("p"), 500)
+	var maxLog int64
+	for i := range 5000 {
+		seq, _ := s.QAdd("act", Entry{Msg: Msg{Topic: "t", Payload: payload}, QoS: 1})
+		if i%10 != 0 { // one in ten stays queued
+			s.Wait(s.QDel("act", seq))
+		}
+		maxLog = max(maxLog, s.Stats().LogBytes)
+	}
+	st := s.Stats()
+	t.Logf("records %d B, written %d B (%.2f x), live %d B, max log %d B, %d compactions",
+		st.RecordBytes, st.BytesWritten, float64(st.BytesWritten)/float64(st.RecordBytes), st.LiveBytes, maxLog, st.Compactions)
+	if st.Compactions < 2 || maxLog > 4*st.LiveBytes+64<<10+4<<10 {
+		t.Fatalf("log grew to %d B for %d B live (%d compactions)", maxLog, st.LiveBytes, st.Compactions)
+	}
+	if st.BytesWritten > st.RecordBytes*2 {
+		t.Fatalf("wrote %d B for %d B of records", st.BytesWritten, st.RecordBytes)
+	}
+}
