@@ -18,7 +18,12 @@ import (
 // stateBroker is a broker whose state lives in dir.
 func stateBroker(t *testing.T, dir string, sync store.Sync) (*broker, *store.Store) {
 	t.Helper()
-	st, loaded, err := store.Open(store.Options{Dir: dir, Sync: sync, SyncInterval: 5 * time.Millisecond})
+	return stateBrokerWindow(t, dir, sync, 5*time.Millisecond)
+}
+
+func stateBrokerWindow(t *testing.T, dir string, sync store.Sync, window time.Duration) (*broker, *store.Store) {
+	t.Helper()
+	st, loaded, err := store.Open(store.Options{Dir: dir, Sync: sync, SyncInterval: window})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,4 +240,47 @@ func TestStateWillAndExpiryAcrossRestart(t *testing.T) {
 	waitTok(t, watcher.Subscribe("will/#", 1, got.handle), "subscribe")
 	eventually(t, 10*time.Second, "will after restart", func() bool { return got.len() == 1 })
 	eventually(t, 10*time.Second, "session expiry after restart", func() bool { return b2.srv.Stats().Expired == 1 })
+}
+
+// Deadlines are wall-clock: a session whose expiry passed while the broker
+// was down expires at start and its will is published; one that was
+// connected when the broker stopped counts its expiry from the restart.
+// $SYS retained messages are not kept (they are regenerated).
+func TestStateDeadlinesPassedWhileDown(t *testing.T) {
+	dir := t.TempDir()
+	st, _, err := store.Open(store.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-2 * time.Hour).UnixNano()
+	st.SessionPut("gone-while-down", store.SessionMeta{Expiry: time.Hour, DisconnectedAt: long,
+		Will: &store.Msg{Topic: "will/gone", Payload: []byte("bye"), QoS: 1, Retain: true}, WillAt: long})
+	st.SubPut("gone-while-down", store.Sub{Filter: "a/#", QoS: 1})
+	st.SessionPut("was-connected", store.SessionMeta{Expiry: time.Hour})
+	st.Close()
+
+	b, bst := stateBroker(t, dir, store.SyncBatch)
+	s := b.srv.Stats()
+	if s.Expired != 1 || s.SessionsDisconnected != 1 || s.Subscriptions != 0 || s.Retained != 1 {
+		t.Fatalf("after restore: %+v (want the expired session gone, its retained will published, the other kept)", s)
+	}
+	b.srv.Publish(&gateway.Message{Topic: "$SYS/broker/x", Payload: []byte("1"), Retain: true})
+	b.stop()
+	bst.Close()
+	b2, _ := stateBroker(t, dir, store.SyncBatch)
+	if s := b2.srv.Stats(); s.Retained != 1 || s.SessionsDisconnected != 1 {
+		t.Fatalf("second restart: %+v (want the will only, not $SYS; was-connected still there)", s)
+	}
+}
+
+// A publisher whose messages reach only clean sessions waits for nothing:
+// with a group commit that would take an hour its PUBACK still comes.
+func TestStateCleanSessionsWaitForNothing(t *testing.T) {
+	b, _ := stateBrokerWindow(t, t.TempDir(), store.SyncBatch, time.Hour)
+	var got collector
+	sub := pahoClient(t, b.addr, "clean-sub", true, nil)
+	waitTok(t, sub.Subscribe("x/#", 1, got.handle), "subscribe")
+	pub := pahoClient(t, b.addr, "pub", true, nil)
+	waitTok(t, pub.Publish("x/1", 1, false, "v"), "publish to a clean session")
+	eventually(t, 10*time.Second, "delivery", func() bool { return got.len() == 1 })
 }

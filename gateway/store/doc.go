@@ -40,12 +40,13 @@
 // the live state. The log is replaced by a snapshot of the live state
 // (written to state.log.tmp, fsynced, renamed, directory fsynced; always,
 // whatever the sync mode) when it has grown to CompactRatio (4) times the
-// live state and at least CompactMin (1 MiB); at Open; at Close when it
+// live state and at least CompactMin (1 MiB); at Open when it was new,
+// damaged or torn, or already that large; at Close when it
 // holds dead records (so a cleaned or expired session leaves no byte on
 // disk after a clean stop). Each live byte is thus written once as a record
 // and at most about 1/(CompactRatio-1) times again in snapshots: bytes
-// written stay within 4/3 of the record bytes plus the final snapshot
-// (Stats counts both, and fsyncs).
+// written stay within 4/3 of the record bytes plus the snapshots at Open
+// and Close (amortised; Stats counts both, and fsyncs).
 //
 // # Damage
 //
