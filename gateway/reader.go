@@ -202,9 +202,9 @@ func (c *client) handle(pk packet.Packet) error {
 			// new message for a duplicate (persist.go).
 			id := p.PacketID // p is the reader's scratch
 			c.srv.state.WhenDurable(pos, func(error) { c.sendAck(packet.PUBCOMP, id, code) })
-			break
+		} else {
+			c.sendAck(packet.PUBCOMP, p.PacketID, code)
 		}
-		c.sendAck(packet.PUBCOMP, p.PacketID, code)
 		if found {
 			c.in.done()
 		}
