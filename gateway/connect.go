@@ -392,15 +392,18 @@ func (c *client) ackID(qos byte, id uint16, code packet.ReasonCode) {
 	if c.version != packet.V5 {
 		code = packet.Success
 	}
+	// The flow is closed in the count before its ack is queued: once
+	// queued, the ack may reach the client, and its next PUBLISH be read,
+	// before this goroutine (a sink's, often) gets any further.
 	switch qos {
 	case 1:
-		c.sendAck(packet.PUBACK, id, code)
 		c.in.done()
+		c.sendAck(packet.PUBACK, id, code)
 	case 2:
-		c.sendAck(packet.PUBREC, id, code)
 		if code.IsError() {
 			c.in.done() // a refused QoS 2 flow ends at its PUBREC
 		}
+		c.sendAck(packet.PUBREC, id, code)
 	}
 }
 

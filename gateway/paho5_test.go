@@ -6,6 +6,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -65,7 +66,7 @@ func TestPaho5KeepsReceiveMaximum(t *testing.T) {
 	// Release verdicts as they come: never more than 4 may be open.
 	released := 0
 	for released < n {
-		eventually(t, 10*time.Second, "a held message", func() bool { return sink.count() > released })
+		eventually(t, 10*time.Second, fmt.Sprintf("a held message after %d released", released), func() bool { return sink.count() > released })
 		if open := sink.count() - released; open > 4 {
 			t.Fatalf("%d messages held at once, above the receive maximum 4", open)
 		}

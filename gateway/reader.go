@@ -196,6 +196,9 @@ func (c *client) handle(pk packet.Packet) error {
 		if !found && c.version == packet.V5 {
 			code = packet.PacketIDNotFound
 		}
+		if found {
+			c.in.done() // before the PUBCOMP can reach the client (see ackID)
+		}
 		if pos > 0 {
 			// After PUBCOMP the publisher may reuse the id for a new
 			// message; a restart must not find the old id and take the
@@ -204,9 +207,6 @@ func (c *client) handle(pk packet.Packet) error {
 			c.srv.state.WhenDurable(pos, func(error) { c.sendAck(packet.PUBCOMP, id, code) })
 		} else {
 			c.sendAck(packet.PUBCOMP, p.PacketID, code)
-		}
-		if found {
-			c.in.done()
 		}
 	case *packet.Pubcomp:
 		return c.acked(c.sess.ackPubcomp(c, p.PacketID), "PUBCOMP", p.PacketID)
