@@ -6,11 +6,14 @@ package bridge
 // attempt:
 //
 //   - the sender takes a window slot (a semaphore of max_inflight), reads the
-//     next message from the spool (Next blocks while the spool is empty) and
-//     hands it to paho; after a reconnect it starts again from the oldest
-//     unacknowledged message, so the backlog drains at full window speed;
+//     next message from the spool (Next blocks while the spool is empty),
+//     for QoS 2 also a slot of the smaller QoS 2 window (max_inflight_qos2:
+//     the upstream's receive quota, which MQTT 3.1.1 cannot see exceeded),
+//     and hands it to paho; after a reconnect it starts again from the
+//     oldest unacknowledged message, so the backlog drains at full window
+//     speed;
 //   - the acker waits for the publishes in send order, acks the spool, frees
-//     the slot, and is the ack watchdog: its timer runs only while a publish
+//     the slots, and is the ack watchdog: its timer runs only while a publish
 //     is in flight (idle costs nothing).
 //
 // The spool is the source of truth for what is still to be delivered. The
@@ -638,7 +641,23 @@ type inflight struct {
 	id   spool.ID
 	tok  mqtt.Token // nil for a publish paho re-sent from the store on connect
 	out  *outbound  // its store entry (QoS 1/2); nil for QoS 0 or if paho refused it
+	qos2 bool       // holds a slot of the QoS 2 window too
 	sent time.Time
+}
+
+// windows are a session's send windows: semaphores the sender fills and
+// the acker empties, in send order.
+type windows struct {
+	all  chan struct{} // every publish in flight: max_inflight
+	qos2 chan struct{} // QoS 2 flows in flight: max_inflight_qos2 (<= max_inflight)
+}
+
+// release frees the slots f holds.
+func (w windows) release(f inflight) {
+	if f.qos2 {
+		<-w.qos2
+	}
+	<-w.all
 }
 
 // serve runs a connected session until it is lost or ctx ends.
@@ -648,13 +667,16 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	b.setState(Connected, s.addr.Redacted(), nil)
 
 	sctx, cancel := context.WithCancel(ctx)
-	slots := make(chan struct{}, b.cfg.MaxInflight)
-	pending := make(chan inflight, b.cfg.MaxInflight) // never blocks: slots bounds it
+	win := windows{
+		all:  make(chan struct{}, b.cfg.MaxInflight),
+		qos2: make(chan struct{}, min(b.cfg.MaxInflightQoS2, b.cfg.MaxInflight)),
+	}
+	pending := make(chan inflight, b.cfg.MaxInflight) // never blocks: win.all bounds it
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
-	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, slots, pending) }()
-	go func() { defer wg.Done(); s.ack(sctx, slots, pending) }()
+	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, win, pending) }()
+	go func() { defer wg.Done(); s.ack(sctx, win, pending) }()
 
 	var why error
 	select {
@@ -706,31 +728,40 @@ func (s *session) drain() {
 	}
 }
 
+// take waits for a slot of sem; false if ctx ended first.
+func take(ctx context.Context, sem chan<- struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // send is the session's sender: it keeps up to max_inflight spool
-// messages in flight, oldest first, starting from the oldest unacked one.
-// The publishes paho re-sent on connect come first: they hold slots and
-// are not sent again.
-func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- inflight) {
+// messages in flight, of which up to max_inflight_qos2 QoS 2 flows,
+// oldest first, starting from the oldest unacked one. A QoS 2 message
+// waits for a QoS 2 slot in its turn (order is kept). The publishes paho
+// re-sent on connect come first: they hold slots and are not sent again.
+func (s *session) send(ctx context.Context, win windows, pending chan<- inflight) {
 	b := s.b
 	sp := b.spool.Load()
 	resent := make(map[spool.ID]bool)
 	now := time.Now()
 	for _, e := range b.store.pending() {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		// A resumed QoS 2 flow still holds the broker's quota.
+		q2 := b.store.isQoS2(e)
+		if !take(ctx, win.all) || (q2 && !take(ctx, win.qos2)) {
 			return
 		}
 		resent[e.rec] = true
 		b.inflight.Add(1)
 		b.sent.Add(1)
-		pending <- inflight{id: e.rec, out: e, sent: now}
+		pending <- inflight{id: e.rec, out: e, qos2: q2, sent: now}
 	}
 	var last spool.ID
 	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		if !take(ctx, win.all) {
 			return
 		}
 		var (
@@ -752,6 +783,10 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 			}
 			delete(resent, id)
 		}
+		q2 := m.QoS == 2
+		if q2 && !take(ctx, win.qos2) { // the upstream's receive quota; over 3.1.1 a refusal is invisible
+			return
+		}
 		var out *outbound
 		if m.QoS > 0 {
 			if busy := b.store.wireBusy(id); busy != nil {
@@ -770,7 +805,7 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 			out = nil // refused by paho: its token carries the error
 		}
 		b.sent.Add(1)
-		pending <- inflight{id: id, tok: tok, out: out, sent: now}
+		pending <- inflight{id: id, tok: tok, out: out, qos2: q2, sent: now}
 	}
 }
 
@@ -778,7 +813,7 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 // send order (MQTT acks QoS 1/2 in order [MQTT-4.6.0-2]), frees their
 // window slots, and tears the uplink down if the oldest one is older than
 // ack_timeout with nothing read from upstream since it was sent.
-func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan inflight) {
+func (s *session) ack(ctx context.Context, win windows, pending <-chan inflight) {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -832,6 +867,6 @@ func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan
 			b.completed(f.id)
 		}
 		b.inflight.Add(-1)
-		<-slots
+		win.release(f)
 	}
 }
