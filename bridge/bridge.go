@@ -62,12 +62,20 @@ type State uint8
 const (
 	Disconnected State = iota
 	Connected
+	// Failed: the spool cannot open (full disk, read-only, no permission,
+	// a file where its directory should be). The bridge keeps trying to
+	// open it; meanwhile its out rules refuse local QoS 1/2 messages, as a
+	// full spool does, and nothing goes upstream.
+	Failed
 )
 
 // String returns the state topic's payload.
 func (s State) String() string {
-	if s == Connected {
+	switch s {
+	case Connected:
 		return "connected"
+	case Failed:
+		return "failed"
 	}
 	return "disconnected"
 }
@@ -166,12 +174,39 @@ func (b *Bridge) Name() string { return b.cfg.Name }
 // sinks, so that no local message accepted after Open returns misses the
 // spool. The caller (cmd/edgegw) opens every bridge before its listeners
 // accept clients; Run opens it if the caller did not.
+//
+// If the spool cannot open, the bridge is Failed: Open logs the cause,
+// publishes "failed" on its state topic and returns the error, and the
+// sinks are registered all the same, refusing every message (a local QoS
+// 1/2 publisher is not acknowledged). Run keeps trying to open the spool.
+// The caller need not stop anything else.
 func (b *Bridge) Open() error {
 	b.openMu.Lock()
 	defer b.openMu.Unlock()
 	if b.spool.Load() != nil {
 		return nil
 	}
+	err := b.openSpool()
+	if err != nil {
+		b.setState(Failed, "", err)
+	} else {
+		b.setState(Disconnected, "", nil)
+	}
+	if b.filters == nil {
+		for _, r := range b.c.out {
+			if err := b.gw.AddSink(b.cfg.Name, r.localFilter, sink{b}); err != nil {
+				b.log.Error("add sink", "topic", r.localFilter, "err", err)
+				continue
+			}
+			b.filters = append(b.filters, r.localFilter)
+		}
+	}
+	return err
+}
+
+// openSpool opens the spool (in a temporary directory if none is
+// configured). Caller holds openMu.
+func (b *Bridge) openSpool() error {
 	dir, mode := b.cfg.SpoolDir, b.c.sync
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "edgegw-bridge-*")
@@ -190,18 +225,30 @@ func (b *Bridge) Open() error {
 		if b.tmpDir != "" {
 			os.RemoveAll(b.tmpDir)
 		}
+		b.tmpDir = ""
 		return fmt.Errorf("bridge %s: open spool: %w", b.cfg.Name, err)
 	}
 	b.spool.Store(sp)
-	b.setState(Disconnected, "", nil)
-	for _, r := range b.c.out {
-		if err := b.gw.AddSink(b.cfg.Name, r.localFilter, sink{b}); err != nil {
-			b.log.Error("add sink", "topic", r.localFilter, "err", err)
-			continue
-		}
-		b.filters = append(b.filters, r.localFilter)
-	}
 	return nil
+}
+
+// reopen retries Open with backoff until the spool opens (true) or ctx
+// ends (false).
+func (b *Bridge) reopen(ctx context.Context) bool {
+	bo := backoff{min: b.cfg.ReconnectMin, max: b.cfg.ReconnectMax}
+	for {
+		t := time.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if err := b.Open(); err == nil {
+			b.log.Info("spool opened; bridge starting")
+			return true
+		}
+	}
 }
 
 // Close releases what Open took when Run will not be called (a start that
@@ -213,14 +260,14 @@ func (b *Bridge) Close() error {
 	}
 	b.openMu.Lock()
 	defer b.openMu.Unlock()
-	sp := b.spool.Load()
-	if sp == nil {
-		return nil
-	}
 	for _, f := range b.filters {
 		b.gw.RemoveSink(b.cfg.Name, f)
 	}
 	b.filters = nil
+	sp := b.spool.Load()
+	if sp == nil {
+		return nil
+	}
 	err := sp.Close()
 	b.spool.Store(nil)
 	if b.tmpDir != "" {
@@ -231,14 +278,21 @@ func (b *Bridge) Close() error {
 }
 
 // Run opens the bridge if needed and keeps the uplink connected until ctx
-// ends. It returns after every goroutine it started has ended, the sinks
-// are removed and the spool is closed.
+// ends. A spool that cannot open leaves the bridge Failed (see Open) while
+// Run retries it with backoff; that is not an error of Run. It returns
+// after every goroutine it started has ended, the sinks are removed and
+// the spool is closed.
 func (b *Bridge) Run(ctx context.Context) error {
 	if !b.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("bridge %s: Run called twice", b.cfg.Name)
 	}
-	if err := b.Open(); err != nil {
-		return err
+	defer func() {
+		for _, f := range b.filters {
+			b.gw.RemoveSink(b.cfg.Name, f)
+		}
+	}()
+	if err := b.Open(); err != nil && !b.reopen(ctx) {
+		return nil
 	}
 	if b.tmpDir != "" {
 		defer os.RemoveAll(b.tmpDir)
@@ -250,6 +304,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	for _, f := range b.filters {
 		b.gw.RemoveSink(b.cfg.Name, f)
 	}
+	b.filters = nil
 	b.setState(Disconnected, "", errors.New("stopped"))
 	if err := sp.Close(); err != nil {
 		return fmt.Errorf("bridge %s: close spool: %w", b.cfg.Name, err)
@@ -304,9 +359,12 @@ func (b *Bridge) setState(s State, addr string, why error) {
 	}
 	b.state, b.published = s, true
 	b.since = time.Now()
-	if s == Connected {
+	switch {
+	case s == Connected:
 		b.log.Info("uplink connected", "address", b.addr)
-	} else if why != nil {
+	case s == Failed:
+		b.log.Error("bridge failed: its spool cannot open; messages for it are refused, the rest of the gateway runs", "err", why)
+	case why != nil:
 		b.log.Warn("uplink disconnected", "address", b.addr, "reason", why)
 	}
 	err := b.gw.Publish(&gateway.Message{
@@ -345,6 +403,19 @@ func (k sink) spoolMessage(m *gateway.Message) (sm spool.Message, ok bool) {
 	return spool.Message{Topic: remote, Payload: m.Payload, QoS: qos, Retain: m.Retain}, true
 }
 
+// errNoSpool is why a Failed bridge refuses a local message.
+var errNoSpool = errors.New("spool not open")
+
+// spoolOrErr returns the open spool, or an error saying why there is none.
+func (k sink) spoolOrErr() (*spool.Spool, error) {
+	if sp := k.b.spool.Load(); sp != nil {
+		return sp, nil
+	}
+	k.b.stateMu.Lock()
+	defer k.b.stateMu.Unlock()
+	return nil, fmt.Errorf("%w: %s", errNoSpool, k.b.lastErr)
+}
+
 // refused counts and wraps an error of the spool about local topic.
 func (k sink) refused(topic string, err error) error {
 	k.b.acceptFailed.Add(1)
@@ -365,9 +436,13 @@ func (k sink) Accept(m *gateway.Message) error {
 	if !ok {
 		return nil
 	}
+	sp, err := k.spoolOrErr()
+	if err != nil {
+		return k.refused(m.Topic, err)
+	}
 	if m.QoS == 0 {
 		topic := m.Topic
-		k.b.spool.Load().AppendAsync(sm, func(_ spool.ID, err error) {
+		sp.AppendAsync(sm, func(_ spool.ID, err error) {
 			if err != nil {
 				err = k.refused(topic, err)
 				k.b.log.Warn("QoS 0 message not kept", "err", err)
@@ -375,7 +450,7 @@ func (k sink) Accept(m *gateway.Message) error {
 		})
 		return nil
 	}
-	if _, err := k.b.spool.Load().Append(context.Background(), sm); err != nil {
+	if _, err := sp.Append(context.Background(), sm); err != nil {
 		return k.refused(m.Topic, err)
 	}
 	return nil
@@ -395,8 +470,13 @@ func (k sink) AcceptAsync(m *gateway.Message, done func(error)) {
 		done(nil)
 		return
 	}
+	sp, err := k.spoolOrErr()
+	if err != nil {
+		done(k.refused(m.Topic, err))
+		return
+	}
 	topic := m.Topic // not m: the payload need not live until the commit
-	k.b.spool.Load().AppendAsync(sm, func(_ spool.ID, err error) {
+	sp.AppendAsync(sm, func(_ spool.ID, err error) {
 		if err != nil {
 			err = k.refused(topic, err)
 		}

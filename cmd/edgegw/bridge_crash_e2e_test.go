@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -256,4 +259,116 @@ bridges:
 	if bound >= 0 && dups > bound {
 		t.Errorf("%d QoS 2 duplicates after kill -9; docs/bridge.md promises at most max_inflight_qos2 (%d) with a round trip above the ack flush window", dups, bound)
 	}
+}
+
+// TestBinaryBridgeSpoolCannotOpen is issue 12 point 3 with the real
+// binary: one bridge's spool directory is a file. edgegw starts anyway;
+// the local broker serves, the other bridge delivers upstream, and the
+// failed bridge is reported in the log (ERROR, with the cause), in
+// /healthz (503, naming it) and in its retained state topic ("failed").
+func TestBinaryBridgeSpoolCannotOpen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildEdgegw(t)
+	local, cloud, maddr := freePort(t), freePort(t), freePort(t)
+	startMosquitto(t, cloud, t.TempDir())
+	state := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(state, "bridges"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "bridges", "bad"), []byte("a file where a directory should be"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+listeners:
+  - {name: lan, type: tcp, address: "%s"}
+metrics: {address: "%s", bridge_down_after: 1m}
+persistence: {dir: "%s"}
+bridges:
+  - name: bad
+    addresses: ["tcp://%s"]
+    client_id: edge-bad
+    topics:
+      - {pattern: "alarms/#", direction: out, qos: 1}
+  - name: good
+    addresses: ["tcp://%s"]
+    client_id: edge-good
+    reconnect_min: 100ms
+    reconnect_max: 300ms
+    topics:
+      - {pattern: "sensors/#", direction: out, qos: 1}
+`, local, maddr, state, cloud, cloud)), 0o600)
+
+	up := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + cloud).SetClientID("cloud-reader").
+		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second))
+	if tok := up.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("cloud reader: %v", tok.Error())
+	}
+	defer up.Disconnect(50)
+	upstream := make(chan string, 16)
+	if tok := up.Subscribe("sensors/#", 1, func(_ mqtt.Client, m mqtt.Message) { upstream <- string(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe upstream: %v", tok.Error())
+	}
+
+	g := startEdgegw(t, bin, "--config", cfg)
+	var lc mqtt.Client
+	waitFor(t, 10*time.Second, "edgegw listening", func() bool {
+		lc = mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + local).SetClientID("local").
+			SetAutoReconnect(false).SetConnectTimeout(time.Second))
+		tok := lc.Connect()
+		return tok.WaitTimeout(2*time.Second) && tok.Error() == nil
+	})
+	defer lc.Disconnect(0)
+
+	// The failed bridge's retained state, and local routing at all.
+	states := make(chan string, 16)
+	if tok := lc.Subscribe("$SYS/bridge/+/state", 1, func(_ mqtt.Client, m mqtt.Message) {
+		states <- m.Topic() + " " + string(m.Payload())
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe state: %v", tok.Error())
+	}
+	waitFor(t, 10*time.Second, "$SYS/bridge/bad/state failed", func() bool {
+		select {
+		case s := <-states:
+			return s == "$SYS/bridge/bad/state failed"
+		default:
+			return false
+		}
+	})
+
+	// The other bridge works.
+	if tok := lc.Publish("sensors/t1", 1, false, "through the good bridge"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("local publish: %v", tok.Error())
+	}
+	select {
+	case m := <-upstream:
+		if m != "through the good bridge" {
+			t.Fatalf("upstream got %q", m)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the good bridge delivered nothing")
+	}
+
+	// /healthz names the failed bridge and its cause.
+	var body string
+	waitFor(t, 10*time.Second, "/healthz 503 naming the failed bridge", func() bool {
+		resp, err := http.Get("http://" + maddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == 503 && strings.Contains(body, "bridge bad failed") && strings.Contains(body, "not a directory")
+	})
+	if strings.Contains(body, "bridge good") {
+		t.Errorf("/healthz blames the good bridge: %s", body)
+	}
+	logs := g.logs()
+	if !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "bridge=bad") || !strings.Contains(logs, "not a directory") {
+		t.Errorf("no ERROR line naming the bridge and the cause in the log:\n%s", logs)
+	}
+	t.Logf("healthz: %s", strings.TrimSpace(body))
 }

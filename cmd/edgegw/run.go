@@ -128,15 +128,20 @@ func runGateway(ctx context.Context, p runParams) error {
 		lns = append(lns, ln)
 	}
 
+	failed := 0
 	for _, bc := range cfg.Bridges {
 		b, err := bridge.New(bridgeConfig(bc, cfg.Persistence), gw, log)
 		if err != nil {
 			return fmt.Errorf("bridge %s: %w", bc.Name, err)
 		}
 		// The spool and its sinks exist before any client can publish, so
-		// no message bound upstream is accepted without being spooled.
+		// no message bound upstream is accepted without being spooled. A
+		// spool that cannot open (full disk, read-only, no permission)
+		// fails that bridge only: it logs the cause, says "failed" on its
+		// state topic and in /healthz, refuses its messages and keeps
+		// retrying in Run, while the broker and the other bridges run.
 		if err := b.Open(); err != nil {
-			return err
+			failed++
 		}
 		bridges = append(bridges, b)
 	}
@@ -190,7 +195,7 @@ func runGateway(ctx context.Context, p runParams) error {
 		},
 	}
 	g.Go(func() error { return sv.run(ctx) })
-	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges))
+	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges), "bridges_failed", failed)
 	err := g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("gateway: %w", err)
@@ -392,13 +397,18 @@ func linkStatuses(serials []*listeners.Serial) []metrics.LinkStatus {
 
 // newHealth reports a bridge as a problem once it has been disconnected for
 // longer than grace (an uplink flapping for a few seconds is not unhealthy;
-// one down for minutes is).
+// one down for minutes is), and at once if it failed (its spool cannot
+// open).
 func newHealth(bridges []*bridge.Bridge, grace time.Duration) func() []string {
 	return func() []string {
 		var problems []string
 		for _, b := range bridges {
 			st := b.Stats()
 			if st.State == bridge.Connected {
+				continue
+			}
+			if st.State == bridge.Failed { // no grace: it will not come back by itself soon
+				problems = append(problems, fmt.Sprintf("bridge %s failed: %s", b.Name(), st.LastError))
 				continue
 			}
 			if d := time.Since(st.Since); d > grace {
