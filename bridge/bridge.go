@@ -103,7 +103,7 @@ type Stats struct {
 	Acked         uint64 // upstream acknowledgements (PUBACK/PUBCOMP; QoS 0 on write)
 	Received      uint64 // inbound messages accepted locally and acked upstream
 	InboundFailed uint64 // inbound messages the gateway refused (not acked upstream)
-	AcceptFailed  uint64 // local messages the spool could not keep (publisher not acked)
+	AcceptFailed  uint64 // local messages the spool could not keep (publisher not acked); logged per burst
 }
 
 // Bridge is one uplink to a cloud broker. Create it with New, run it with
@@ -124,6 +124,7 @@ type Bridge struct {
 	running  atomic.Bool
 
 	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
+	refusals refusalLog
 
 	stateMu   sync.Mutex // serialises state changes and their publication
 	state     State
@@ -161,6 +162,7 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 		protocol: 0x84,
 	}
 	b.store = newUplinkStore(b.completed)
+	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
 	if cfg.NoBridgeFlag {
 		b.protocol = 4
 	}
@@ -416,10 +418,13 @@ func (k sink) spoolOrErr() (*spool.Spool, error) {
 	return nil, fmt.Errorf("%w: %s", errNoSpool, k.b.lastErr)
 }
 
-// refused counts and wraps an error of the spool about local topic.
+// refused counts, logs (rate-limited) and wraps an error of the spool
+// about local topic.
 func (k sink) refused(topic string, err error) error {
 	k.b.acceptFailed.Add(1)
-	return fmt.Errorf("bridge %s: spool %q: %w", k.b.cfg.Name, topic, err)
+	err = fmt.Errorf("bridge %s: spool %q: %w", k.b.cfg.Name, topic, err)
+	k.b.refusals.refused(topic, err)
+	return err
 }
 
 // Accept maps m through the out rules and appends it to the spool; it
@@ -444,8 +449,9 @@ func (k sink) Accept(m *gateway.Message) error {
 		topic := m.Topic
 		sp.AppendAsync(sm, func(_ spool.ID, err error) {
 			if err != nil {
-				err = k.refused(topic, err)
-				k.b.log.Warn("QoS 0 message not kept", "err", err)
+				k.refused(topic, err)
+			} else {
+				k.b.refusals.kept()
 			}
 		})
 		return nil
@@ -453,6 +459,7 @@ func (k sink) Accept(m *gateway.Message) error {
 	if _, err := sp.Append(context.Background(), sm); err != nil {
 		return k.refused(m.Topic, err)
 	}
+	k.b.refusals.kept()
 	return nil
 }
 
@@ -479,6 +486,8 @@ func (k sink) AcceptAsync(m *gateway.Message, done func(error)) {
 	sp.AppendAsync(sm, func(_ spool.ID, err error) {
 		if err != nil {
 			err = k.refused(topic, err)
+		} else {
+			k.b.refusals.kept()
 		}
 		done(err)
 	})

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -371,4 +372,34 @@ bridges:
 		t.Errorf("no ERROR line naming the bridge and the cause in the log:\n%s", logs)
 	}
 	t.Logf("healthz: %s", strings.TrimSpace(body))
+
+	// An MQTT 5 publisher sends 89 QoS 1 messages for the failed bridge:
+	// each is refused with 0x83, counted, and the bridge logs the burst in
+	// one line (issue 12 point 8: it was one WARN per message).
+	const refusals = 89
+	lhost, lport, _ := net.SplitHostPort(local)
+	pub := exec.Command("mosquitto_pub", "-h", lhost, "-p", lport, "-V", "5", "-q", "1", "-t", "alarms/x", "-l")
+	pub.Stdin = strings.NewReader(strings.Repeat("alarm\n", refusals))
+	out, _ := pub.CombinedOutput() // it reports the refusals; the counts below are the test
+	var metrics string
+	waitFor(t, 10*time.Second, "edgegw_bridge_refused_total 89", func() bool {
+		resp, err := http.Get("http://" + maddr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		metrics = string(b)
+		return strings.Contains(metrics, fmt.Sprintf(`edgegw_bridge_refused_total{bridge="bad"} %d`, refusals))
+	})
+	lines := 0
+	for _, l := range strings.Split(g.logs(), "\n") {
+		if strings.Contains(l, "local messages refused") && strings.Contains(l, "bridge=bad") {
+			lines++
+		}
+	}
+	t.Logf("mosquitto_pub -V 5: %d refusals, %d bridge log lines; mosquitto_pub said: %.200s", refusals, lines, out)
+	if lines != 1 {
+		t.Errorf("%d bridge log lines for one burst of %d refusals; want 1", lines, refusals)
+	}
 }

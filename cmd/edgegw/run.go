@@ -376,6 +376,7 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 			WatchdogTrips: int64(st.WatchdogTrips), WriteTimeouts: int64(st.WriteTimeouts),
 			Inflight: st.InFlight, Sent: int64(st.Sent), Acked: int64(st.Acked), Received: int64(st.Received),
 			SpoolMessages: st.SpoolMessages, SpoolBytes: st.SpoolBytes, SpoolDropped: int64(st.SpoolDropped),
+			Refused: int64(st.AcceptFailed),
 		})
 	}
 	return out
