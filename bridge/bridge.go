@@ -6,11 +6,14 @@ package bridge
 // attempt:
 //
 //   - the sender takes a window slot (a semaphore of max_inflight), reads the
-//     next message from the spool (Next blocks while the spool is empty) and
-//     hands it to paho; after a reconnect it starts again from the oldest
-//     unacknowledged message, so the backlog drains at full window speed;
+//     next message from the spool (Next blocks while the spool is empty),
+//     for QoS 2 also a slot of the smaller QoS 2 window (max_inflight_qos2:
+//     the upstream's receive quota, which MQTT 3.1.1 cannot see exceeded),
+//     and hands it to paho; after a reconnect it starts again from the
+//     oldest unacknowledged message, so the backlog drains at full window
+//     speed;
 //   - the acker waits for the publishes in send order, acks the spool, frees
-//     the slot, and is the ack watchdog: its timer runs only while a publish
+//     the slots, and is the ack watchdog: its timer runs only while a publish
 //     is in flight (idle costs nothing).
 //
 // The spool is the source of truth for what is still to be delivered. The
@@ -59,12 +62,20 @@ type State uint8
 const (
 	Disconnected State = iota
 	Connected
+	// Failed: the spool cannot open (full disk, read-only, no permission,
+	// a file where its directory should be). The bridge keeps trying to
+	// open it; meanwhile its out rules refuse local QoS 1/2 messages, as a
+	// full spool does, and nothing goes upstream.
+	Failed
 )
 
 // String returns the state topic's payload.
 func (s State) String() string {
-	if s == Connected {
+	switch s {
+	case Connected:
 		return "connected"
+	case Failed:
+		return "failed"
 	}
 	return "disconnected"
 }
@@ -92,7 +103,7 @@ type Stats struct {
 	Acked         uint64 // upstream acknowledgements (PUBACK/PUBCOMP; QoS 0 on write)
 	Received      uint64 // inbound messages accepted locally and acked upstream
 	InboundFailed uint64 // inbound messages the gateway refused (not acked upstream)
-	AcceptFailed  uint64 // local messages the spool could not keep (publisher not acked)
+	AcceptFailed  uint64 // local messages the spool could not keep (publisher not acked); logged per burst
 }
 
 // Bridge is one uplink to a cloud broker. Create it with New, run it with
@@ -113,6 +124,7 @@ type Bridge struct {
 	running  atomic.Bool
 
 	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
+	refusals refusalLog
 
 	stateMu   sync.Mutex // serialises state changes and their publication
 	state     State
@@ -150,6 +162,7 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 		protocol: 0x84,
 	}
 	b.store = newUplinkStore(b.completed)
+	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
 	if cfg.NoBridgeFlag {
 		b.protocol = 4
 	}
@@ -163,12 +176,39 @@ func (b *Bridge) Name() string { return b.cfg.Name }
 // sinks, so that no local message accepted after Open returns misses the
 // spool. The caller (cmd/edgegw) opens every bridge before its listeners
 // accept clients; Run opens it if the caller did not.
+//
+// If the spool cannot open, the bridge is Failed: Open logs the cause,
+// publishes "failed" on its state topic and returns the error, and the
+// sinks are registered all the same, refusing every message (a local QoS
+// 1/2 publisher is not acknowledged). Run keeps trying to open the spool.
+// The caller need not stop anything else.
 func (b *Bridge) Open() error {
 	b.openMu.Lock()
 	defer b.openMu.Unlock()
 	if b.spool.Load() != nil {
 		return nil
 	}
+	err := b.openSpool()
+	if err != nil {
+		b.setState(Failed, "", err)
+	} else {
+		b.setState(Disconnected, "", nil)
+	}
+	if b.filters == nil {
+		for _, r := range b.c.out {
+			if err := b.gw.AddSink(b.cfg.Name, r.localFilter, sink{b}); err != nil {
+				b.log.Error("add sink", "topic", r.localFilter, "err", err)
+				continue
+			}
+			b.filters = append(b.filters, r.localFilter)
+		}
+	}
+	return err
+}
+
+// openSpool opens the spool (in a temporary directory if none is
+// configured). Caller holds openMu.
+func (b *Bridge) openSpool() error {
 	dir, mode := b.cfg.SpoolDir, b.c.sync
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "edgegw-bridge-*")
@@ -187,18 +227,30 @@ func (b *Bridge) Open() error {
 		if b.tmpDir != "" {
 			os.RemoveAll(b.tmpDir)
 		}
+		b.tmpDir = ""
 		return fmt.Errorf("bridge %s: open spool: %w", b.cfg.Name, err)
 	}
 	b.spool.Store(sp)
-	b.setState(Disconnected, "", nil)
-	for _, r := range b.c.out {
-		if err := b.gw.AddSink(b.cfg.Name, r.localFilter, sink{b}); err != nil {
-			b.log.Error("add sink", "topic", r.localFilter, "err", err)
-			continue
-		}
-		b.filters = append(b.filters, r.localFilter)
-	}
 	return nil
+}
+
+// reopen retries Open with backoff until the spool opens (true) or ctx
+// ends (false).
+func (b *Bridge) reopen(ctx context.Context) bool {
+	bo := backoff{min: b.cfg.ReconnectMin, max: b.cfg.ReconnectMax}
+	for {
+		t := time.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if err := b.Open(); err == nil {
+			b.log.Info("spool opened; bridge starting")
+			return true
+		}
+	}
 }
 
 // Close releases what Open took when Run will not be called (a start that
@@ -210,14 +262,14 @@ func (b *Bridge) Close() error {
 	}
 	b.openMu.Lock()
 	defer b.openMu.Unlock()
-	sp := b.spool.Load()
-	if sp == nil {
-		return nil
-	}
 	for _, f := range b.filters {
 		b.gw.RemoveSink(b.cfg.Name, f)
 	}
 	b.filters = nil
+	sp := b.spool.Load()
+	if sp == nil {
+		return nil
+	}
 	err := sp.Close()
 	b.spool.Store(nil)
 	if b.tmpDir != "" {
@@ -228,14 +280,21 @@ func (b *Bridge) Close() error {
 }
 
 // Run opens the bridge if needed and keeps the uplink connected until ctx
-// ends. It returns after every goroutine it started has ended, the sinks
-// are removed and the spool is closed.
+// ends. A spool that cannot open leaves the bridge Failed (see Open) while
+// Run retries it with backoff; that is not an error of Run. It returns
+// after every goroutine it started has ended, the sinks are removed and
+// the spool is closed.
 func (b *Bridge) Run(ctx context.Context) error {
 	if !b.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("bridge %s: Run called twice", b.cfg.Name)
 	}
-	if err := b.Open(); err != nil {
-		return err
+	defer func() {
+		for _, f := range b.filters {
+			b.gw.RemoveSink(b.cfg.Name, f)
+		}
+	}()
+	if err := b.Open(); err != nil && !b.reopen(ctx) {
+		return nil
 	}
 	if b.tmpDir != "" {
 		defer os.RemoveAll(b.tmpDir)
@@ -247,6 +306,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	for _, f := range b.filters {
 		b.gw.RemoveSink(b.cfg.Name, f)
 	}
+	b.filters = nil
 	b.setState(Disconnected, "", errors.New("stopped"))
 	if err := sp.Close(); err != nil {
 		return fmt.Errorf("bridge %s: close spool: %w", b.cfg.Name, err)
@@ -301,9 +361,12 @@ func (b *Bridge) setState(s State, addr string, why error) {
 	}
 	b.state, b.published = s, true
 	b.since = time.Now()
-	if s == Connected {
+	switch {
+	case s == Connected:
 		b.log.Info("uplink connected", "address", b.addr)
-	} else if why != nil {
+	case s == Failed:
+		b.log.Error("bridge failed: its spool cannot open; messages for it are refused, the rest of the gateway runs", "err", why)
+	case why != nil:
 		b.log.Warn("uplink disconnected", "address", b.addr, "reason", why)
 	}
 	err := b.gw.Publish(&gateway.Message{
@@ -342,10 +405,26 @@ func (k sink) spoolMessage(m *gateway.Message) (sm spool.Message, ok bool) {
 	return spool.Message{Topic: remote, Payload: m.Payload, QoS: qos, Retain: m.Retain}, true
 }
 
-// refused counts and wraps an error of the spool about local topic.
+// errNoSpool is why a Failed bridge refuses a local message.
+var errNoSpool = errors.New("spool not open")
+
+// spoolOrErr returns the open spool, or an error saying why there is none.
+func (k sink) spoolOrErr() (*spool.Spool, error) {
+	if sp := k.b.spool.Load(); sp != nil {
+		return sp, nil
+	}
+	k.b.stateMu.Lock()
+	defer k.b.stateMu.Unlock()
+	return nil, fmt.Errorf("%w: %s", errNoSpool, k.b.lastErr)
+}
+
+// refused counts, logs (rate-limited) and wraps an error of the spool
+// about local topic.
 func (k sink) refused(topic string, err error) error {
 	k.b.acceptFailed.Add(1)
-	return fmt.Errorf("bridge %s: spool %q: %w", k.b.cfg.Name, topic, err)
+	err = fmt.Errorf("bridge %s: spool %q: %w", k.b.cfg.Name, topic, err)
+	k.b.refusals.refused(topic, err)
+	return err
 }
 
 // Accept maps m through the out rules and appends it to the spool; it
@@ -362,19 +441,25 @@ func (k sink) Accept(m *gateway.Message) error {
 	if !ok {
 		return nil
 	}
+	sp, err := k.spoolOrErr()
+	if err != nil {
+		return k.refused(m.Topic, err)
+	}
 	if m.QoS == 0 {
 		topic := m.Topic
-		k.b.spool.Load().AppendAsync(sm, func(_ spool.ID, err error) {
+		sp.AppendAsync(sm, func(_ spool.ID, err error) {
 			if err != nil {
-				err = k.refused(topic, err)
-				k.b.log.Warn("QoS 0 message not kept", "err", err)
+				k.refused(topic, err)
+			} else {
+				k.b.refusals.kept()
 			}
 		})
 		return nil
 	}
-	if _, err := k.b.spool.Load().Append(context.Background(), sm); err != nil {
+	if _, err := sp.Append(context.Background(), sm); err != nil {
 		return k.refused(m.Topic, err)
 	}
+	k.b.refusals.kept()
 	return nil
 }
 
@@ -392,10 +477,17 @@ func (k sink) AcceptAsync(m *gateway.Message, done func(error)) {
 		done(nil)
 		return
 	}
+	sp, err := k.spoolOrErr()
+	if err != nil {
+		done(k.refused(m.Topic, err))
+		return
+	}
 	topic := m.Topic // not m: the payload need not live until the commit
-	k.b.spool.Load().AppendAsync(sm, func(_ spool.ID, err error) {
+	sp.AppendAsync(sm, func(_ spool.ID, err error) {
 		if err != nil {
 			err = k.refused(topic, err)
+		} else {
+			k.b.refusals.kept()
 		}
 		done(err)
 	})
@@ -638,7 +730,24 @@ type inflight struct {
 	id   spool.ID
 	tok  mqtt.Token // nil for a publish paho re-sent from the store on connect
 	out  *outbound  // its store entry (QoS 1/2); nil for QoS 0 or if paho refused it
+	qos  byte
+	qos2 bool // holds a slot of the QoS 2 window too
 	sent time.Time
+}
+
+// windows are a session's send windows: semaphores the sender fills and
+// the acker empties, in send order.
+type windows struct {
+	all  chan struct{} // every publish in flight: max_inflight
+	qos2 chan struct{} // QoS 2 flows in flight: max_inflight_qos2 (<= max_inflight)
+}
+
+// release frees the slots f holds.
+func (w windows) release(f inflight) {
+	if f.qos2 {
+		<-w.qos2
+	}
+	<-w.all
 }
 
 // serve runs a connected session until it is lost or ctx ends.
@@ -648,13 +757,16 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	b.setState(Connected, s.addr.Redacted(), nil)
 
 	sctx, cancel := context.WithCancel(ctx)
-	slots := make(chan struct{}, b.cfg.MaxInflight)
-	pending := make(chan inflight, b.cfg.MaxInflight) // never blocks: slots bounds it
+	win := windows{
+		all:  make(chan struct{}, b.cfg.MaxInflight),
+		qos2: make(chan struct{}, min(b.cfg.MaxInflightQoS2, b.cfg.MaxInflight)),
+	}
+	pending := make(chan inflight, b.cfg.MaxInflight) // never blocks: win.all bounds it
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
-	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, slots, pending) }()
-	go func() { defer wg.Done(); s.ack(sctx, slots, pending) }()
+	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, win, pending) }()
+	go func() { defer wg.Done(); s.ack(sctx, win, pending) }()
 
 	var why error
 	select {
@@ -706,31 +818,40 @@ func (s *session) drain() {
 	}
 }
 
+// take waits for a slot of sem; false if ctx ended first.
+func take(ctx context.Context, sem chan<- struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // send is the session's sender: it keeps up to max_inflight spool
-// messages in flight, oldest first, starting from the oldest unacked one.
-// The publishes paho re-sent on connect come first: they hold slots and
-// are not sent again.
-func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- inflight) {
+// messages in flight, of which up to max_inflight_qos2 QoS 2 flows,
+// oldest first, starting from the oldest unacked one. A QoS 2 message
+// waits for a QoS 2 slot in its turn (order is kept). The publishes paho
+// re-sent on connect come first: they hold slots and are not sent again.
+func (s *session) send(ctx context.Context, win windows, pending chan<- inflight) {
 	b := s.b
 	sp := b.spool.Load()
 	resent := make(map[spool.ID]bool)
 	now := time.Now()
 	for _, e := range b.store.pending() {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		// A resumed QoS 2 flow still holds the broker's quota.
+		q2 := b.store.isQoS2(e)
+		if !take(ctx, win.all) || (q2 && !take(ctx, win.qos2)) {
 			return
 		}
 		resent[e.rec] = true
 		b.inflight.Add(1)
 		b.sent.Add(1)
-		pending <- inflight{id: e.rec, out: e, sent: now}
+		pending <- inflight{id: e.rec, out: e, qos: 1, qos2: q2, sent: now}
 	}
 	var last spool.ID
 	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		if !take(ctx, win.all) {
 			return
 		}
 		var (
@@ -752,6 +873,10 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 			}
 			delete(resent, id)
 		}
+		q2 := m.QoS == 2
+		if q2 && !take(ctx, win.qos2) { // the upstream's receive quota; over 3.1.1 a refusal is invisible
+			return
+		}
 		var out *outbound
 		if m.QoS > 0 {
 			if busy := b.store.wireBusy(id); busy != nil {
@@ -770,7 +895,7 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 			out = nil // refused by paho: its token carries the error
 		}
 		b.sent.Add(1)
-		pending <- inflight{id: id, tok: tok, out: out, sent: now}
+		pending <- inflight{id: id, tok: tok, out: out, qos: m.QoS, qos2: q2, sent: now}
 	}
 }
 
@@ -778,7 +903,7 @@ func (s *session) send(ctx context.Context, slots chan struct{}, pending chan<- 
 // send order (MQTT acks QoS 1/2 in order [MQTT-4.6.0-2]), frees their
 // window slots, and tears the uplink down if the oldest one is older than
 // ack_timeout with nothing read from upstream since it was sent.
-func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan inflight) {
+func (s *session) ack(ctx context.Context, win windows, pending <-chan inflight) {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -828,10 +953,17 @@ func (s *session) ack(ctx context.Context, slots <-chan struct{}, pending <-chan
 				return
 			}
 		}
-		if f.out == nil { // QoS 0; the store's Del completed the others
-			b.completed(f.id)
+		// Only a PUBACK/PUBCOMP read from the wire completes a QoS 1/2
+		// record (the store's Del): a paho token can complete without one
+		// (resume's claimID, TestTokenCompletedByResumeIsNotAnAck).
+		if f.out == nil {
+			if f.qos > 0 { // paho refused it without an error: never the case in 1.5.1
+				s.teardown(fmt.Errorf("publish of record %d completed without being stored", f.id))
+				return
+			}
+			b.completed(f.id) // QoS 0: complete once written
 		}
 		b.inflight.Add(-1)
-		<-slots
+		win.release(f)
 	}
 }

@@ -53,11 +53,17 @@ func runBridge(t testing.TB, cfg bridge.Config, gw bridge.Gateway) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{Bridge: b, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- b.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
+	r := &running{Bridge: b}
+	r.start(t)
 	return r
+}
+
+// start runs r.Bridge until stop or cleanup.
+func (r *running) start(t testing.TB) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan error, 1)
+	go func() { r.done <- r.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
 }
 
 func (r *running) stop(t testing.TB) {

@@ -65,8 +65,15 @@ type Config struct {
 	WriteTimeout   time.Duration // deadline of every uplink write; default 5s
 	AckTimeout     time.Duration // ack watchdog; default 20s
 	MaxInflight    int           // unacknowledged upstream publishes; default 32
-	ReconnectMin   time.Duration // default 1s
-	ReconnectMax   time.Duration // default 60s
+	// MaxInflightQoS2 bounds the QoS 2 flows among them (PUBLISH sent,
+	// PUBCOMP not yet received); default 20, never more than MaxInflight.
+	// A broker holds a receive quota for each until the flow ends, and
+	// over MQTT 3.1.1 its refusal of one more is invisible: mosquitto
+	// answers a plain PUBREC and discards the message (its default quota,
+	// max_inflight_messages, is 20).
+	MaxInflightQoS2 int
+	ReconnectMin    time.Duration // default 1s
+	ReconnectMax    time.Duration // default 60s
 
 	// NoBridgeFlag sends plain MQTT 3.1.1 (protocol level 4) in CONNECT
 	// instead of level 0x84, the "bridge" flag mosquitto (try_private)
@@ -92,8 +99,11 @@ const (
 	DefaultWriteTimeout   = 5 * time.Second
 	DefaultAckTimeout     = 20 * time.Second
 	DefaultMaxInflight    = 32
-	DefaultReconnectMin   = time.Second
-	DefaultReconnectMax   = 60 * time.Second
+	// DefaultMaxInflightQoS2 is mosquitto's default per-client quota of
+	// incoming QoS 2 flows (max_inflight_messages 20).
+	DefaultMaxInflightQoS2 = 20
+	DefaultReconnectMin    = time.Second
+	DefaultReconnectMax    = 60 * time.Second
 )
 
 func (c *Config) setDefaults() {
@@ -111,6 +121,9 @@ func (c *Config) setDefaults() {
 	def(&c.SpoolSyncInterval, spool.DefaultSyncInterval)
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.MaxInflightQoS2 == 0 {
+		c.MaxInflightQoS2 = DefaultMaxInflightQoS2
 	}
 	if c.SpoolMaxBytes == 0 {
 		c.SpoolMaxBytes = spool.DefaultMaxBytes
@@ -205,6 +218,9 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.MaxInflight < 1 || c.MaxInflight > 65535 {
 		bad("max_inflight", "%d: must be 1..65535", c.MaxInflight)
+	}
+	if c.MaxInflightQoS2 < 1 || c.MaxInflightQoS2 > 65535 {
+		bad("max_inflight_qos2", "%d: must be 1..65535", c.MaxInflightQoS2)
 	}
 	if c.SpoolMaxBytes < 0 {
 		bad("spool.max_bytes", "must not be negative")

@@ -103,6 +103,27 @@ func freePort(t testing.TB) int {
 
 func startMosquitto(t testing.TB) *mosquitto { return startMosquittoConf(t, "") }
 
+// startMosquittoDefault starts mosquitto with its default configuration:
+// one listener and anonymous access (which 2.x refuses by default on a
+// configured listener), nothing tuned. In particular max_inflight_messages
+// is its default 20, max_queued_messages 1000, persistence off.
+func startMosquittoDefault(t testing.TB) *mosquitto {
+	t.Helper()
+	m := &mosquitto{t: t, port: freePort(t)}
+	m.ports = []int{m.port}
+	m.conf = filepath.Join(t.TempDir(), "mosquitto.conf")
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\n", m.port)
+	if os.Getenv("EDGEGW_TEST_DEBUG") == "" {
+		conf += "log_dest none\n" // where it logs, not how it behaves
+	}
+	if err := os.WriteFile(m.conf, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.start()
+	t.Cleanup(m.stop)
+	return m
+}
+
 // startMosquittoConf starts mosquitto with a plain listener and extra
 // configuration lines after it (more listeners, such as a TLS one); start
 // waits for every port in extraPorts too.

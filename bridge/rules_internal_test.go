@@ -75,6 +75,7 @@ func TestValidate(t *testing.T) {
 		{"persistent without id", func(c *Config) { c.ClientID = "" }, []string{"client_id"}},
 		{"name", func(c *Config) { c.Name = "a/b" }, []string{"name"}},
 		{"inflight", func(c *Config) { c.MaxInflight = -1 }, []string{"max_inflight"}},
+		{"inflight qos2", func(c *Config) { c.MaxInflightQoS2 = 70000 }, []string{"max_inflight_qos2"}},
 		{"backoff", func(c *Config) { c.ReconnectMin, c.ReconnectMax = time.Minute, time.Second }, []string{"reconnect_max"}},
 		{"sync", func(c *Config) { c.SpoolSync = "sometimes" }, []string{"spool.sync"}},
 		{"tls files", func(c *Config) { c.TLS.CA = "/nonexistent/ca.pem" }, []string{"tls"}},

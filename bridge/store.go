@@ -147,6 +147,20 @@ func (s *uplinkStore) pahoOf(w uint16, pubrec bool) uint16 {
 	return e.pid
 }
 
+// isQoS2 reports whether e is a QoS 2 flow (a PUBLISH at QoS 2 or the
+// PUBREL that followed its PUBREC).
+func (s *uplinkStore) isQoS2(e *outbound) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch p := e.pkt.(type) {
+	case *packets.PublishPacket:
+		return p.Qos == 2
+	case *packets.PubrelPacket:
+		return true
+	}
+	return false
+}
+
 // pending returns the publishes not yet completed, oldest first: after a
 // connect, paho has just re-sent them in that order.
 func (s *uplinkStore) pending() []*outbound {

@@ -128,15 +128,20 @@ func runGateway(ctx context.Context, p runParams) error {
 		lns = append(lns, ln)
 	}
 
+	failed := 0
 	for _, bc := range cfg.Bridges {
 		b, err := bridge.New(bridgeConfig(bc, cfg.Persistence), gw, log)
 		if err != nil {
 			return fmt.Errorf("bridge %s: %w", bc.Name, err)
 		}
 		// The spool and its sinks exist before any client can publish, so
-		// no message bound upstream is accepted without being spooled.
+		// no message bound upstream is accepted without being spooled. A
+		// spool that cannot open (full disk, read-only, no permission)
+		// fails that bridge only: it logs the cause, says "failed" on its
+		// state topic and in /healthz, refuses its messages and keeps
+		// retrying in Run, while the broker and the other bridges run.
 		if err := b.Open(); err != nil {
-			return err
+			failed++
 		}
 		bridges = append(bridges, b)
 	}
@@ -190,7 +195,7 @@ func runGateway(ctx context.Context, p runParams) error {
 		},
 	}
 	g.Go(func() error { return sv.run(ctx) })
-	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges))
+	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges), "bridges_failed", failed)
 	err := g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("gateway: %w", err)
@@ -345,7 +350,7 @@ func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 	bc := bridge.Config{
 		Name: b.Name, Addresses: b.Addresses, ClientID: b.ClientID, Username: b.Username, Password: b.Password,
 		CleanSession: b.CleanSession, KeepAlive: b.Keepalive, ConnectTimeout: b.ConnectTimeout,
-		WriteTimeout: b.WriteTimeout, AckTimeout: b.AckTimeout, MaxInflight: b.MaxInflight,
+		WriteTimeout: b.WriteTimeout, AckTimeout: b.AckTimeout, MaxInflight: b.MaxInflight, MaxInflightQoS2: b.MaxInflightQoS2,
 		ReconnectMin: b.ReconnectMin, ReconnectMax: b.ReconnectMax,
 		TLS: bridge.TLSConfig{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key, ServerName: b.TLS.ServerName,
 			InsecureSkipVerify: b.TLS.InsecureSkipVerify},
@@ -371,6 +376,7 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 			WatchdogTrips: int64(st.WatchdogTrips), WriteTimeouts: int64(st.WriteTimeouts),
 			Inflight: st.InFlight, Sent: int64(st.Sent), Acked: int64(st.Acked), Received: int64(st.Received),
 			SpoolMessages: st.SpoolMessages, SpoolBytes: st.SpoolBytes, SpoolDropped: int64(st.SpoolDropped),
+			Refused: int64(st.AcceptFailed),
 		})
 	}
 	return out
@@ -392,13 +398,18 @@ func linkStatuses(serials []*listeners.Serial) []metrics.LinkStatus {
 
 // newHealth reports a bridge as a problem once it has been disconnected for
 // longer than grace (an uplink flapping for a few seconds is not unhealthy;
-// one down for minutes is).
+// one down for minutes is), and at once if it failed (its spool cannot
+// open).
 func newHealth(bridges []*bridge.Bridge, grace time.Duration) func() []string {
 	return func() []string {
 		var problems []string
 		for _, b := range bridges {
 			st := b.Stats()
 			if st.State == bridge.Connected {
+				continue
+			}
+			if st.State == bridge.Failed { // no grace: it will not come back by itself soon
+				problems = append(problems, fmt.Sprintf("bridge %s failed: %s", b.Name(), st.LastError))
 				continue
 			}
 			if d := time.Since(st.Since); d > grace {

@@ -211,10 +211,13 @@ type Bridge struct {
 	WriteTimeout   time.Duration `mapstructure:"write_timeout"` // deadline of every uplink write
 	// AckTimeout: oldest unacked publish older than this with nothing heard
 	// from upstream tears the uplink down.
-	AckTimeout   time.Duration `mapstructure:"ack_timeout"`
-	MaxInflight  int           `mapstructure:"max_inflight"` // unacked upstream publishes
-	ReconnectMin time.Duration `mapstructure:"reconnect_min"`
-	ReconnectMax time.Duration `mapstructure:"reconnect_max"`
+	AckTimeout  time.Duration `mapstructure:"ack_timeout"`
+	MaxInflight int           `mapstructure:"max_inflight"` // unacked upstream publishes
+	// MaxInflightQoS2 bounds the QoS 2 flows among them (the upstream's
+	// receive quota; mosquitto's default is 20); at most MaxInflight.
+	MaxInflightQoS2 int           `mapstructure:"max_inflight_qos2"`
+	ReconnectMin    time.Duration `mapstructure:"reconnect_min"`
+	ReconnectMax    time.Duration `mapstructure:"reconnect_max"`
 
 	TLS    BridgeTLS     `mapstructure:"tls"`
 	Spool  Spool         `mapstructure:"spool"`
@@ -310,14 +313,15 @@ func DefaultListener(typ string) Listener {
 // bridges list.
 func DefaultBridge() Bridge {
 	return Bridge{
-		Keepalive:      30 * time.Second,
-		ConnectTimeout: 10 * time.Second,
-		WriteTimeout:   5 * time.Second,
-		AckTimeout:     20 * time.Second,
-		MaxInflight:    32,
-		ReconnectMin:   1 * time.Second,
-		ReconnectMax:   60 * time.Second,
-		Spool:          Spool{MaxBytes: 256 * MiB},
+		Keepalive:       30 * time.Second,
+		ConnectTimeout:  10 * time.Second,
+		WriteTimeout:    5 * time.Second,
+		AckTimeout:      20 * time.Second,
+		MaxInflight:     32,
+		MaxInflightQoS2: 20,
+		ReconnectMin:    1 * time.Second,
+		ReconnectMax:    60 * time.Second,
+		Spool:           Spool{MaxBytes: 256 * MiB},
 	}
 }
 

@@ -332,6 +332,9 @@ func (c Config) validateBridges(es *Errors) {
 		if b.MaxInflight < 1 || b.MaxInflight > maxInflightMQTT {
 			es.add(k+".max_inflight", "must be in 1..%d (got %d)", maxInflightMQTT, b.MaxInflight)
 		}
+		if b.MaxInflightQoS2 < 1 || b.MaxInflightQoS2 > maxInflightMQTT {
+			es.add(k+".max_inflight_qos2", "must be in 1..%d (got %d)", maxInflightMQTT, b.MaxInflightQoS2)
+		}
 		positiveDuration(es, k+".reconnect_min", b.ReconnectMin)
 		positiveDuration(es, k+".reconnect_max", b.ReconnectMax)
 		if b.ReconnectMin > 0 && b.ReconnectMax > 0 && b.ReconnectMin > b.ReconnectMax {

@@ -132,12 +132,12 @@ func TestValidate(t *testing.T) {
 		{"bridge timing", func(c *Config) {
 			b := validBridge()
 			b.Keepalive, b.ConnectTimeout, b.WriteTimeout, b.AckTimeout = 0, 0, 0, 0
-			b.MaxInflight = 0
+			b.MaxInflight, b.MaxInflightQoS2 = 0, 0
 			b.ReconnectMin, b.ReconnectMax = 2*time.Minute, time.Minute
 			b.Spool.MaxBytes = 0
 			c.Bridges = []Bridge{b}
 		}, []string{"bridges[0].keepalive", "bridges[0].connect_timeout", "bridges[0].write_timeout", "bridges[0].ack_timeout",
-			"bridges[0].max_inflight", "bridges[0].reconnect_min", "bridges[0].spool.max_bytes"}},
+			"bridges[0].max_inflight", "bridges[0].max_inflight_qos2", "bridges[0].reconnect_min", "bridges[0].spool.max_bytes"}},
 		{"bridge auth and tls", func(c *Config) {
 			b := validBridge()
 			b.Password = "p"

@@ -41,6 +41,7 @@ type BridgeStatus struct {
 	SpoolMessages int64
 	SpoolBytes    int64
 	SpoolDropped  int64
+	Refused       int64 // local messages the spool could not keep (publisher not acked)
 }
 
 // LinkStatus is what /metrics shows of one serial link.
@@ -154,6 +155,8 @@ func collect(w *expo, src Sources) {
 			func(b BridgeStatus) float64 { return float64(b.SpoolBytes) })
 		per(w.counter("edgegw_bridge_spool_dropped_total", "Messages dropped from a full spool."),
 			func(b BridgeStatus) float64 { return float64(b.SpoolDropped) })
+		per(w.counter("edgegw_bridge_refused_total", "Local messages the bridge's spool could not keep; their publishers were not acknowledged."),
+			func(b BridgeStatus) float64 { return float64(b.Refused) })
 	}
 	if src.Links != nil {
 		ls := src.Links()

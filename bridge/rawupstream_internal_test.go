@@ -1,0 +1,170 @@
+package bridge
+
+// RawUpstream is an MQTT 3.1.1 server for tests, written with paho's
+// packet codec, that keeps one persistent session and answers exactly as
+// told, so a test can Withhold the PUBACK, PUBREC or PUBCOMP of chosen
+// messages across reconnects and see what the bridge does with them. It is
+// exported (to the bridge_test package only: this is a _test file).
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+// Withhold says which answer a message (by payload) never gets.
+type Withhold uint8
+
+const (
+	AnswerAll Withhold = iota
+	NoPuback           // QoS 1: no PUBACK
+	NoPubrec           // QoS 2: no PUBREC (so no PUBREL, no PUBCOMP)
+	NoPubcomp          // QoS 2: PUBREC, but no PUBCOMP for the PUBREL
+)
+
+// RawUpstream: see the note at the top of the file.
+type RawUpstream struct {
+	t  testing.TB
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu       sync.Mutex
+	rule     map[string]Withhold // payload -> answer withheld
+	byID     map[uint16]string   // session state: packet id -> payload of its PUBLISH
+	conns    int                 // connections accepted
+	conn     net.Conn            // the current one
+	received map[string]int      // PUBLISH packets per payload (re-sends included)
+	dups     int                 // PUBLISH with DUP set
+	rels     int                 // PUBREL packets
+}
+
+// StartRawUpstream listens on 127.0.0.1; it stops in t's cleanup.
+func StartRawUpstream(t testing.TB, rule map[string]Withhold) *RawUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &RawUpstream{t: t, ln: ln, rule: rule, byID: make(map[uint16]string), received: make(map[string]int)}
+	u.wg.Add(1)
+	go u.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		u.Drop()
+		u.wg.Wait()
+	})
+	return u
+}
+
+func (u *RawUpstream) URL() string { return "tcp://" + u.ln.Addr().String() }
+
+func (u *RawUpstream) accept() {
+	defer u.wg.Done()
+	for {
+		c, err := u.ln.Accept()
+		if err != nil {
+			return
+		}
+		u.mu.Lock()
+		if u.conn != nil {
+			u.conn.Close() // one session, one connection (a takeover)
+		}
+		u.conn = c
+		u.conns++
+		u.mu.Unlock()
+		u.wg.Add(1)
+		go func() { defer u.wg.Done(); u.serve(c) }()
+	}
+}
+
+// Drop closes the current connection (the bridge reconnects and resumes).
+func (u *RawUpstream) Drop() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.conn != nil {
+		u.conn.Close()
+	}
+}
+
+// AnswerEverything clears the withholding rules.
+func (u *RawUpstream) AnswerEverything() {
+	u.mu.Lock()
+	clear(u.rule)
+	u.mu.Unlock()
+}
+
+// Stats returns the connections accepted, the PUBLISH packets with DUP
+// set, the PUBREL packets and the distinct payloads received.
+func (u *RawUpstream) Stats() (conns, dups, rels int, distinct int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.conns, u.dups, u.rels, len(u.received)
+}
+
+func (u *RawUpstream) serve(c net.Conn) {
+	defer c.Close()
+	first := true
+	for {
+		p, err := packets.ReadPacket(c)
+		if err != nil {
+			return
+		}
+		var reply packets.ControlPacket
+		u.mu.Lock()
+		switch p := p.(type) {
+		case *packets.ConnectPacket:
+			if !first {
+				u.mu.Unlock()
+				return
+			}
+			ack := packets.NewControlPacket(packets.Connack).(*packets.ConnackPacket)
+			ack.SessionPresent = u.conns > 1
+			reply = ack
+		case *packets.PublishPacket:
+			pl := string(p.Payload)
+			u.received[pl]++
+			if p.Dup {
+				u.dups++
+			}
+			u.byID[p.MessageID] = pl
+			switch w := u.rule[pl]; {
+			case p.Qos == 1 && w != NoPuback:
+				a := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
+				a.MessageID = p.MessageID
+				reply = a
+			case p.Qos == 2 && w != NoPubrec:
+				a := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
+				a.MessageID = p.MessageID
+				reply = a
+			}
+		case *packets.PubrelPacket:
+			u.rels++
+			if u.rule[u.byID[p.MessageID]] != NoPubcomp {
+				a := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
+				a.MessageID = p.MessageID
+				reply = a
+			}
+		case *packets.SubscribePacket:
+			a := packets.NewControlPacket(packets.Suback).(*packets.SubackPacket)
+			a.MessageID = p.MessageID
+			a.ReturnCodes = make([]byte, len(p.Topics))
+			reply = a
+		case *packets.PingreqPacket:
+			reply = packets.NewControlPacket(packets.Pingresp)
+		case *packets.DisconnectPacket:
+			u.mu.Unlock()
+			return
+		}
+		u.mu.Unlock()
+		first = false
+		if reply != nil {
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if err := reply.Write(c); err != nil {
+				return
+			}
+		}
+	}
+}

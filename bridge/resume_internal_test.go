@@ -1,0 +1,112 @@
+package bridge
+
+import (
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+)
+
+// TestTokenCompletedByResumeIsNotAnAck shows the hazard issue 12 names and
+// that the bridge's acks do not depend on it. paho 1.5.1, when a client
+// with a persistent session connects again, re-claims the ids of the
+// stored publishes in resume() (claimID), and claimID completes the token
+// already holding such an id with no error (messageids.go:97): a publish
+// the broker never acknowledged looks delivered. The bridge makes a new
+// paho client per connection, so its clients never resume over their own
+// tokens; this test does reuse one client, to make the hazard happen, and
+// checks that the spool is acked (the store's complete callback) only for
+// the publishes whose PUBACK came off the wire.
+func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
+	up := StartRawUpstream(t, map[string]Withhold{"m1": NoPuback, "m2": NoPuback})
+	var (
+		mu   sync.Mutex
+		acks []spool.ID
+	)
+	acked := func() []spool.ID {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(slices.Values(acks))
+	}
+	st := newUplinkStore(func(rec spool.ID) { mu.Lock(); acks = append(acks, rec); mu.Unlock() })
+	var lastRead atomic.Int64
+	lost := make(chan struct{}, 1)
+	o := mqtt.NewClientOptions().AddBroker(up.URL()).SetClientID("edge-resume").
+		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetProtocolVersion(4).
+		SetStore(st).SetOrderMatters(true).SetConnectTimeout(5 * time.Second).
+		SetConnectionLostHandler(func(mqtt.Client, error) { lost <- struct{}{} }).
+		SetCustomOpenConnectionFn(func(u *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+			c, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				return nil, err
+			}
+			return &deadlineConn{Conn: c, timeout: 5 * time.Second, lastRead: &lastRead, onTimeout: func(error) {},
+				store: st, acks: ackRewriter{st: st}}, nil
+		})
+	c := mqtt.NewClient(o)
+	connect := func() {
+		t.Helper()
+		if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("connect: %v", tok.Error())
+		}
+	}
+	connect()
+	defer c.Disconnect(0)
+
+	// Records 1..4; the upstream never acks 1 and 2.
+	toks := make(map[spool.ID]mqtt.Token)
+	for rec := spool.ID(1); rec <= 4; rec++ {
+		e := st.announce(rec)
+		toks[rec] = c.Publish("t", 1, false, "m"+strconv.Itoa(int(rec)))
+		if !st.taken(e) {
+			t.Fatalf("paho did not store record %d: %v", rec, toks[rec].Error())
+		}
+	}
+	waitUntil(t, "records 3 and 4 acked", func() bool { return slices.Equal(acked(), []spool.ID{3, 4}) })
+	if toks[1].WaitTimeout(100 * time.Millisecond) {
+		t.Fatal("record 1's token completed before anything happened")
+	}
+
+	up.Drop()
+	<-lost
+	connect() // the same client: resume re-claims the ids of records 1 and 2
+	for _, rec := range []spool.ID{1, 2} {
+		if !toks[rec].WaitTimeout(5*time.Second) || toks[rec].Error() != nil {
+			t.Fatalf("paho no longer completes a resumed message's token without error (record %d: %v); "+
+				"the hazard this test guards against changed, re-read resume()", rec, toks[rec].Error())
+		}
+	}
+	waitUntil(t, "records 1 and 2 re-sent", func() bool { _, dups, _, _ := up.Stats(); return dups >= 2 })
+	if got := acked(); !slices.Equal(got, []spool.ID{3, 4}) {
+		t.Fatalf("acked %v after the tokens of 1 and 2 completed with no PUBACK; want [3 4]", got)
+	}
+	if st.len() != 2 {
+		t.Fatalf("store holds %d flows; want records 1 and 2", st.len())
+	}
+
+	up.AnswerEverything()
+	up.Drop()
+	<-lost
+	connect()
+	waitUntil(t, "records 1 and 2 acked once PUBACKed", func() bool { return slices.Equal(acked(), []spool.ID{1, 2, 3, 4}) })
+}
+
+// waitUntil polls cond until it holds or 10s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
