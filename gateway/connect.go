@@ -412,7 +412,11 @@ func (c *client) ackID(qos byte, id uint16, code packet.ReasonCode) {
 // disconnected without an ack so it sends the message again later — never
 // acknowledge what was not kept.
 func (c *client) notKept(qos byte, id uint16, topic string, err error) error {
-	c.logf(slog.LevelWarn, "message not stored", "topic", topic, "err", err)
+	// Counted here and logged once per burst by the sink that refused
+	// (a bridge's spool): one line per refused message would bury the
+	// cause and wear the flash it is failing to write.
+	c.srv.stats.notStored.Add(1)
+	c.logf(slog.LevelDebug, "message not stored", "topic", topic, "err", err)
 
 	if c.version == packet.V5 {
 		c.ackID(qos, id, packet.ImplementationSpecificError)

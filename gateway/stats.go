@@ -44,6 +44,7 @@ type counters struct {
 	refused       atomic.Int64 // connections refused (max_connections)
 	slowConsumers atomic.Int64 // subscribers that stalled under flow control
 	authFailures  atomic.Int64 // CONNECTs refused for a bad user name or password
+	notStored     atomic.Int64 // QoS 1/2 messages a sink could not keep: not acknowledged
 	closes        [numCloseReasons]atomic.Int64
 }
 
@@ -69,6 +70,7 @@ type Stats struct {
 	Refused              int64
 	SlowConsumers        int64            // subscribers that stopped draining while publishers waited on them
 	AuthFailures         int64            // logins refused for a bad user name or password
+	NotStored            int64            // QoS 1/2 publishes refused because a sink could not keep them
 	Closes               map[string]int64 // by close reason
 	State                *store.Stats     // the state store's writes (flash wear); nil without one
 }
@@ -89,6 +91,7 @@ func (s *Server) Stats() Stats {
 		Refused:          s.stats.refused.Load(),
 		SlowConsumers:    s.stats.slowConsumers.Load(),
 		AuthFailures:     s.stats.authFailures.Load(),
+		NotStored:        s.stats.notStored.Load(),
 		Drops:            make(map[string]int64, numDropReasons),
 		Closes:           make(map[string]int64, numCloseReasons),
 	}

@@ -410,4 +410,11 @@ bridges:
 	if lines != 1 {
 		t.Errorf("%d bridge log lines for one burst of %d refusals; want 1", lines, refusals)
 	}
+	// The broker counts them too and writes no line per message.
+	if !strings.Contains(metrics, fmt.Sprintf("edgegw_messages_not_stored_total %d", refusals)) {
+		t.Errorf("edgegw_messages_not_stored_total is not %d:\n%s", refusals, metrics)
+	}
+	if n := strings.Count(g.logs(), "message not stored"); n > 0 {
+		t.Errorf("%d per-message \"message not stored\" lines in the log; want none above DEBUG", n)
+	}
 }
