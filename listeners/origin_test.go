@@ -8,7 +8,13 @@ func TestOriginAllowed(t *testing.T) {
 		origin  string
 		want    bool
 	}{
-		{nil, "https://any.example", true},
+		// No list: same origin only (the request's Host is gw.local:8083).
+		{nil, "https://any.example", false},
+		{nil, "http://gw.local:8083", true},
+		{nil, "https://GW.local:8083", true},
+		{nil, "http://gw.local", false},
+		{nil, "http://gw.local:8084", false},
+		{nil, "null", false},
 		{[]string{"*"}, "https://any.example", true},
 		{[]string{"https://a.example"}, "https://a.example", true},
 		{[]string{"https://a.example"}, "https://A.Example", true},
@@ -23,7 +29,7 @@ func TestOriginAllowed(t *testing.T) {
 		{[]string{"a*b*c"}, "aXbYbZc", true},
 		{[]string{"a*b*c"}, "aXbYbZ", false},
 	} {
-		if got := originAllowed(tc.allowed, tc.origin); got != tc.want {
+		if got := originAllowed(tc.allowed, tc.origin, "gw.local:8083"); got != tc.want {
 			t.Errorf("originAllowed(%q, %q) = %v, want %v", tc.allowed, tc.origin, got, tc.want)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -47,11 +48,14 @@ type WebSocket struct {
 	// gateway (mTLS).
 	UseCNAsUsername bool
 	// AllowedOrigins limits browser clients by their Origin header. Empty
-	// allows any origin. Otherwise an origin must match an entry exactly
-	// (case-insensitive); "*" in an entry matches any run of characters, so
-	// "*" alone allows everything and "https://*.example.com" a domain's
-	// subdomains. Requests without an Origin header (non-browser clients)
-	// are always allowed.
+	// allows the same origin only: a page served from the host:port the
+	// request was sent to (its Host header), so that a web page from
+	// elsewhere that a LAN user happens to visit cannot talk to the broker.
+	// Otherwise an origin must match an entry exactly (case-insensitive);
+	// "*" in an entry matches any run of characters, so "*" alone allows
+	// every page and "https://*.example.com" a domain's subdomains.
+	// Requests without an Origin header (non-browser clients) are always
+	// allowed.
 	AllowedOrigins []string
 	// WriteTimeout bounds the listener's own writes: the HTTP upgrade
 	// response and error responses (the closing frame waits at most 1s).
@@ -211,7 +215,7 @@ func (h *wsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Host, h.l.path())
 		return
 	}
-	if origin := r.Header.Get("Origin"); origin != "" && !originAllowed(h.l.AllowedOrigins, origin) {
+	if origin := r.Header.Get("Origin"); origin != "" && !originAllowed(h.l.AllowedOrigins, origin, r.Host) {
 		h.log.Info("websocket origin refused", "remote", r.RemoteAddr, "origin", origin)
 		http.Error(w, "MQTT over WebSocket: origin "+origin+" is not allowed on this listener", http.StatusForbidden)
 		return
@@ -248,11 +252,13 @@ func (h *wsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// originAllowed matches origin against the allow list (see
+// originAllowed matches origin against the allow list, or with an empty
+// list against host, the request's Host header (see
 // WebSocket.AllowedOrigins).
-func originAllowed(allowed []string, origin string) bool {
+func originAllowed(allowed []string, origin, host string) bool {
 	if len(allowed) == 0 {
-		return true
+		u, err := url.Parse(origin)
+		return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
 	}
 	origin = strings.ToLower(origin)
 	for _, a := range allowed {

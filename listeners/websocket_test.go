@@ -281,6 +281,42 @@ func TestWebSocketOrigin(t *testing.T) {
 	})
 }
 
+// TestWebSocketOriginDefault: with no allowed_origins, a browser page from
+// another origin is refused and a page served by the listener's own
+// host:port is accepted (issue 13, point 8).
+func TestWebSocketOriginDefault(t *testing.T) {
+	h := newHarness(t, gateway.Options{AllowAnonymous: true})
+	addr := h.ws(nil)
+	for _, tc := range []struct {
+		origin string
+		ok     bool
+	}{
+		{"https://evil.example", false},
+		{"http://192.168.1.20:8083", false},
+		{"null", false},
+		{"http://" + addr, true},
+		{"", true}, // not a browser
+	} {
+		t.Run(tc.origin, func(t *testing.T) {
+			hdr := http.Header{}
+			if tc.origin != "" {
+				hdr.Set("Origin", tc.origin)
+			}
+			c, resp, err := dialWS(t, "ws://"+addr+"/mqtt", []string{"mqtt"}, hdr)
+			if !tc.ok {
+				if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+					t.Fatalf("want 403, got err %v resp %v", err, resp)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.connect("same-origin")
+		})
+	}
+}
+
 // TestWebSocketWriteTimeout: the broker's write deadline works through the
 // adapter; a subscriber that stops reading is disconnected.
 func TestWebSocketWriteTimeout(t *testing.T) {
