@@ -45,7 +45,13 @@ run() { # arch goarm qemu
 	arch=$1 goarm=$2 qemu=$3
 	echo "== linux/$arch${goarm:+ GOARM=$goarm}"
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOARM=$goarm go build -trimpath -o "$out/edgegw-$arch$goarm" ./cmd/edgegw
-	"$qemu" "$out/edgegw-$arch$goarm" version
+	v=$("$qemu" "$out/edgegw-$arch$goarm" version)
+	echo "$v"
+	# ARMv6 and ARMv7 builds must be told apart by `edgegw version`.
+	if [ -n "$goarm" ] && ! echo "$v" | grep -q "linux/arm (GOARM=$goarm)"; then
+		echo "FAIL: version does not say linux/arm (GOARM=$goarm)" >&2
+		exit 1
+	fi
 	"$qemu" "$out/edgegw-$arch$goarm" check-config --config configs/edgegw.yaml >/dev/null
 	roundtrip "$qemu" "$out/edgegw-$arch$goarm"
 	for pkg in ./gateway/packet ./gateway/topics ./devices/framing ./gateway; do

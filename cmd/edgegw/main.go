@@ -3,8 +3,9 @@
 //
 //	edgegw [--config FILE]               run the gateway
 //	edgegw check-config [--config FILE]  validate and print the effective config
-//	edgegw version                       print version, commit and Go version
-//	edgegw help                          list the commands
+//	edgegw version                       print version, commit, Go version and platform
+//	edgegw passwd FILE USER              add or update a user in a password file
+//	edgegw help [COMMAND]                list the commands, or a command's flags
 //
 // The config file defaults to $EDGEGW_CONFIG; with neither, built-in
 // defaults give a local broker on 127.0.0.1:1883. Exit status: 0 ok,
@@ -27,6 +28,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/edgegw/edgegw/internal/config"
 )
@@ -45,10 +47,14 @@ const (
 	exitUsage   = 2 // bad usage or invalid configuration
 )
 
-// command is one subcommand. fn gets the arguments after the command name.
+// command is one subcommand. fn gets the arguments after the command name
+// and parses them with newFlags, so `-h`/`--help` print its help (from
+// args and help) on stdout and exit 0.
 type command struct {
 	name    string
-	summary string
+	args    string // synopsis after the name
+	summary string // one line, for `edgegw help`
+	help    string // a paragraph, for `edgegw help NAME` and NAME --help
 	fn      func(args []string, stdout, stderr io.Writer) int
 }
 
@@ -57,11 +63,25 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"run", "run the gateway (the default command)", cmdRun},
-		{"check-config", "validate the config and print the effective config", cmdCheckConfig},
-		{"version", "print version, commit and Go version", cmdVersion},
-		{"help", "show this help", cmdHelp},
-		{"passwd", "add or update a user in a password file: passwd FILE USER", cmdPasswd},
+		{"run", "[--config FILE]", "run the gateway (the default command)",
+			"Runs the gateway until SIGINT or SIGTERM; SIGHUP reloads what can change live.\n" +
+				"Config problems are printed one per line and exit with status 2.", cmdRun},
+		{"check-config", "[--config FILE]", "validate the config and print the effective config",
+			"Loads the config with the environment overrides, opens and parses every file it\n" +
+				"names (password and ACL files, TLS certificates, keys and CAs), prints each\n" +
+				"problem with its key on stderr and exits 2, or prints the effective config\n" +
+				"on stdout and exits 0. Warnings (certificates near expiry, listeners open to\n" +
+				"anonymous clients from the network) go to stderr and do not fail.", cmdCheckConfig},
+		{"version", "", "print version, commit, Go version and platform",
+			"Prints the version, the commit, the Go version and the platform; ARM builds\n" +
+				"name their GOARM (linux/arm (GOARM=6) for ARMv6 boards such as the Pi Zero).", cmdVersion},
+		{"help", "[COMMAND]", "show this help, or a command's", "", cmdHelp},
+		{"passwd", "FILE USER", "add or update a user in a password file",
+			"Adds USER to the password file FILE, or changes its password (bcrypt), creating\n" +
+				"FILE (mode 0640) if needed. On a terminal it asks for the password twice without\n" +
+				"echo; otherwise it reads the password from the first line of stdin:\n" +
+				"  echo 'secret' | edgegw passwd /etc/edgegw/passwd alice\n" +
+				"Reload a running gateway with SIGHUP (systemctl reload edgegw).", cmdPasswd},
 		// {"sensor", "...", cmdSensor},
 	}
 }
@@ -73,72 +93,155 @@ func main() {
 // realMain dispatches to a subcommand and returns the exit status.
 func realMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-			return cmdHelp(nil, stdout, stderr)
+		if len(args) > 0 {
+			switch args[0] {
+			case "-h", "-help", "--help":
+				return cmdHelp(nil, stdout, stderr)
+			case "-v", "-version", "--version":
+				return cmdVersion(args[1:], stdout, stderr)
+			}
 		}
 		return cmdRun(args, stdout, stderr)
 	}
-	for _, c := range commands {
-		if c.name == args[0] {
-			return c.fn(args[1:], stdout, stderr)
-		}
+	if c, ok := findCommand(args[0]); ok {
+		return c.fn(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "edgegw: unknown command %q (see edgegw help)\n", args[0])
 	return exitUsage
 }
 
-func cmdHelp(_ []string, stdout, _ io.Writer) int {
-	fmt.Fprintf(stdout, "edgegw %s: MQTT edge gateway\n\nUsage:\n  edgegw [--config FILE]\n  edgegw <command> [flags]\n\nCommands:\n", version)
+func findCommand(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func cmdHelp(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("help", stdout, stderr)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		c, ok := findCommand(fs.Arg(0))
+		if !ok || c.name == "help" {
+			fmt.Fprintf(stderr, "edgegw help: unknown command %q\n", fs.Arg(0))
+			return exitUsage
+		}
+		return c.fn([]string{"--help"}, stdout, stderr)
+	}
+	fmt.Fprintf(stdout, "edgegw %s: MQTT edge gateway\n\nUsage:\n  edgegw [--config FILE]\n  edgegw <command> [flags]\n  edgegw --version\n\nCommands:\n", buildVersion())
 	for _, c := range commands {
 		fmt.Fprintf(stdout, "  %-14s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(stdout, "\nThe config file defaults to $%s; without one, built-in defaults\n"+
-		"give a local broker on 127.0.0.1:1883. Keys can be overridden with\n"+
-		"EDGEGW_<SECTION>_<KEY>=value (see docs/config.md).\n", config.EnvConfig)
+	fmt.Fprintf(stdout, "\nRun `edgegw help COMMAND` or `edgegw COMMAND --help` for a command's flags.\n"+
+		"The config file defaults to $%s; without one, built-in defaults give a\n"+
+		"local broker on 127.0.0.1:1883 and metrics on %s. Keys can be overridden\n"+
+		"with EDGEGW_<SECTION>_<KEY>=value (see docs/config.md).\n"+
+		"Exit status: 0 ok, 1 the gateway failed while running, 2 bad usage or invalid config.\n",
+		config.EnvConfig, config.Default().Metrics.Address)
 	return exitOK
 }
 
-// configFlags parses the flags shared by run and check-config.
-func configFlags(name string, args []string, stderr io.Writer) (path string, ok bool) {
+// newFlags returns the flag set of a subcommand; parseFlags handles help.
+func newFlags(name string, _, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edgegw "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {} // parseFlags prints the help where it belongs
+	return fs
+}
+
+// parseFlags parses args; ok is false when the command must return code:
+// 0 after printing its help for -h/--help (on stdout), 2 for a bad flag
+// (the error and the help on stderr).
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return exitOK, true
+	case errors.Is(err, flag.ErrHelp):
+		printCommandHelp(fs, stdout)
+		return exitOK, false
+	}
+	printCommandHelp(fs, stderr)
+	return exitUsage, false
+}
+
+// printCommandHelp writes a subcommand's usage, help and flags to w.
+func printCommandHelp(fs *flag.FlagSet, w io.Writer) {
+	name := strings.TrimPrefix(fs.Name(), "edgegw ")
+	c, _ := findCommand(name)
+	fmt.Fprintln(w, strings.TrimSpace("Usage: edgegw "+name+" "+c.args))
+	if c.help != "" {
+		fmt.Fprintf(w, "\n%s\n", c.help)
+	} else {
+		fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+		out := fs.Output()
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(out)
+	}
+}
+
+// configFlags parses the flags shared by run and check-config; ok false
+// means return code.
+func configFlags(name string, args []string, stdout, stderr io.Writer) (path string, code int, ok bool) {
+	fs := newFlags(name, stdout, stderr)
 	fs.StringVar(&path, "config", os.Getenv(config.EnvConfig), "config `FILE` (default $"+config.EnvConfig+"; none = built-in defaults)")
-	if err := fs.Parse(args); err != nil {
-		return "", false
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return "", code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "edgegw %s: unexpected argument %q\n", name, fs.Arg(0))
-		fs.Usage()
-		return "", false
+		printCommandHelp(fs, stderr)
+		return "", exitUsage, false
 	}
-	return path, true
+	return path, exitOK, true
 }
 
-// loadConfig loads path with the process environment, printing every
-// problem to stderr on failure.
-func loadConfig(path string, stderr io.Writer) (config.Config, bool) {
+// loadChecked loads path with the process environment and runs the
+// preflight checks of the files it names. Every problem is printed to pw,
+// one per line, each with its source and key; ok is false if there was
+// any. The warnings are printed first when printWarnings is set, and
+// returned (for run to log).
+func loadChecked(path string, pw problemWriter, printWarnings bool) (cfg config.Config, warnings config.Errors, ok bool) {
 	cfg, err := config.Load(path, os.Environ())
-	if err == nil {
-		return cfg, true
-	}
 	var es config.Errors
-	if errors.As(err, &es) {
-		for _, e := range es {
-			fmt.Fprintln(stderr, e)
-		}
-		fmt.Fprintf(stderr, "edgegw: invalid configuration: %d problem(s)\n", len(es))
-	} else {
-		fmt.Fprintf(stderr, "edgegw: %v\n", err)
+	if err != nil && !errors.As(err, &es) {
+		pw.line(prioErr, "edgegw: %v", err)
+		return cfg, nil, false
 	}
-	return cfg, false
+	f := preflight(cfg, path, time.Now())
+	if printWarnings {
+		for _, w := range f.warnings {
+			pw.line(prioWarning, "warning: %s", w)
+		}
+	}
+	es = append(es, f.errs...)
+	for _, e := range es {
+		pw.line(prioErr, "%s", e)
+	}
+	if len(es) > 0 {
+		pw.line(prioErr, "edgegw: invalid configuration: %d problem(s)", len(es))
+		return cfg, f.warnings, false
+	}
+	return cfg, f.warnings, true
 }
 
 func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
-	path, ok := configFlags("check-config", args, stderr)
+	path, code, ok := configFlags("check-config", args, stdout, stderr)
 	if !ok {
-		return exitUsage
+		return code
 	}
-	cfg, ok := loadConfig(path, stderr)
+	pw := problemWriter{w: stderr, journal: underJournal(stderr, os.Getenv)}
+	cfg, _, ok := loadChecked(path, pw, true)
 	if !ok {
 		return exitUsage
 	}
@@ -154,63 +257,93 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func cmdRun(args []string, _, stderr io.Writer) int {
-	path, ok := configFlags("run", args, stderr)
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	path, code, ok := configFlags("run", args, stdout, stderr)
 	if !ok {
-		return exitUsage
+		return code
 	}
-	cfg, ok := loadConfig(path, stderr)
+	journal := underJournal(stderr, os.Getenv)
+	cfg, warnings, ok := loadChecked(path, problemWriter{w: stderr, journal: journal}, false)
 	if !ok {
 		return exitUsage
 	}
 	level := new(slog.LevelVar)
-	log := newLeveledLogger(cfg.Log, stderr, level)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	log := newLeveledLogger(cfg.Log, stderr, level, journal)
+	ctx, stop := stopOnSignal(log)
 	defer stop()
 	rs := applyRuntime(cfg.Limits, os.Getenv, processRuntime())
-	log.Info("starting", "version", version, "commit", buildCommit(), "config", path,
+	log.Info("starting", "version", buildVersion(), "commit", buildCommit(), "platform", platform(), "config", path,
 		"gc_percent", rs.GCPercent, "memory_limit", config.FormatSize(rs.MemoryLimit), "runtime_env", rs.Env)
+	for _, w := range warnings {
+		log.Warn("config warning", "key", w.Key, "problem", w.Msg)
+	}
 	if err := runGateway(ctx, runParams{cfg: cfg, path: path, log: log, level: level}); err != nil {
-		log.Error("stopped", "err", err)
+		// One line per problem: a joined error holds several.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			log.Error("gateway failed", "err", line)
+		}
 		return exitFailure
 	}
 	log.Info("stopped")
 	return exitOK
 }
 
-// newLogger builds the process logger from the log section (to w, which is
-// stderr: the journal under systemd). The config is validated, so unknown
-// values do not occur; they fall back to info/text.
-func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	return newLeveledLogger(c, w, new(slog.LevelVar))
-}
-
-// parseLevel maps log.level to a slog level (validated config: unknown is info).
-func parseLevel(s string) slog.Level {
-	switch s {
-	case config.LevelDebug:
-		return slog.LevelDebug
-	case config.LevelWarn:
-		return slog.LevelWarn
-	case config.LevelError:
-		return slog.LevelError
+// stopOnSignal returns a context cancelled by the first SIGINT or SIGTERM,
+// which is logged; a second one ends the process at once (Go's default).
+// stop releases the signals and waits for the watcher.
+func stopOnSignal(log *slog.Logger) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { // owned by stop
+		defer close(done)
+		select {
+		case s := <-sigs:
+			signal.Stop(sigs)
+			log.Info("signal received; stopping (send it again to exit at once)", "signal", s.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		cancel()
+		<-done
+		signal.Stop(sigs)
 	}
-	return slog.LevelInfo
 }
 
-// newLeveledLogger is newLogger with the level in lv, so SIGHUP can change it.
-func newLeveledLogger(c config.Log, w io.Writer, lv *slog.LevelVar) *slog.Logger {
-	lv.Set(parseLevel(c.Level))
-	opts := &slog.HandlerOptions{Level: lv}
-	if c.Format == config.FormatJSON {
-		return slog.New(slog.NewJSONHandler(w, opts))
+func cmdVersion(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version", stdout, stderr)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-func cmdVersion(_ []string, stdout, _ io.Writer) int {
-	fmt.Fprintf(stdout, "edgegw %s commit %s %s %s/%s\n", buildVersion(), buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(stdout, "edgegw %s commit %s %s %s\n", buildVersion(), buildCommit(), runtime.Version(), platform())
 	return exitOK
+}
+
+// platform is GOOS/GOARCH, with the ARM version of 32-bit ARM builds from
+// the build info: "linux/arm (GOARM=6)". ARMv6 (Pi Zero, Pi 1) and ARMv7
+// builds are otherwise indistinguishable.
+func platform() string {
+	p := runtime.GOOS + "/" + runtime.GOARCH
+	if runtime.GOARCH != "arm" {
+		return p
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return p + goarmSuffix(bi.Settings)
+	}
+	return p
+}
+
+// goarmSuffix is " (GOARM=v)" from the GOARM build setting, or "".
+func goarmSuffix(settings []debug.BuildSetting) string {
+	for _, s := range settings {
+		if s.Key == "GOARM" && s.Value != "" {
+			return " (GOARM=" + s.Value + ")"
+		}
+	}
+	return ""
 }
 
 // buildVersion is -X main.version, else the module version from the build

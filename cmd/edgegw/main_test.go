@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,12 @@ func TestCommands(t *testing.T) {
 			t.Errorf("%v: %d %q", args, code, out)
 		}
 	}
+	for _, args := range [][]string{{"--version"}, {"-v"}, {"-version"}} {
+		code, vout, errOut := call(t, args...)
+		if code != 0 || vout != out || errOut != "" {
+			t.Errorf("%v: %d %q %q, want what version prints", args, code, vout, errOut)
+		}
+	}
 	code, _, errOut := call(t, "frobnicate")
 	if code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: %d %q", code, errOut)
@@ -121,6 +128,61 @@ func TestCommands(t *testing.T) {
 	code, _, errOut = call(t, "--config", bad)
 	if code != 2 || !strings.Contains(errOut, `log.level: invalid value "loud"`) {
 		t.Errorf("run with bad config: %d %q", code, errOut)
+	}
+}
+
+// TestSubcommandHelp: -h and --help on every subcommand print its help on
+// stdout and exit 0; `help NAME` prints the same; a bad flag prints the
+// error and the help on stderr and exits 2 (issue 15, point 6).
+func TestSubcommandHelp(t *testing.T) {
+	for _, c := range commands {
+		for _, flag := range []string{"-h", "--help"} {
+			code, out, errOut := call(t, c.name, flag)
+			if code != 0 || errOut != "" || !strings.HasPrefix(out, "Usage: edgegw "+c.name) {
+				t.Errorf("%s %s: exit %d, stdout %q, stderr %q", c.name, flag, code, out, errOut)
+			}
+			if c.name == "help" {
+				continue
+			}
+			code, hout, _ := call(t, "help", c.name)
+			if code != 0 || hout != out {
+				t.Errorf("help %s: exit %d, output differs from %s %s:\n%s", c.name, code, c.name, flag, hout)
+			}
+		}
+	}
+	for _, name := range []string{"run", "check-config"} {
+		_, out, _ := call(t, name, "--help")
+		if !strings.Contains(out, "-config FILE") {
+			t.Errorf("%s --help does not list --config:\n%s", name, out)
+		}
+	}
+	_, out, _ := call(t, "passwd", "--help")
+	if !strings.Contains(out, "stdin") || !strings.Contains(out, "| edgegw passwd") {
+		t.Errorf("passwd --help does not say the password can come from stdin:\n%s", out)
+	}
+	code, out, errOut := call(t, "run", "--bogus")
+	if code != 2 || out != "" || !strings.Contains(errOut, "flag provided but not defined: -bogus") || !strings.Contains(errOut, "Usage: edgegw run") {
+		t.Errorf("run --bogus: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, _, errOut = call(t, "help", "frobnicate")
+	if code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Errorf("help frobnicate: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestPlatform: ARM builds name their GOARM; the setting's key is the one
+// `go build` records (scripts/test-arm.sh checks real ARMv6/v7 builds
+// under qemu).
+func TestPlatform(t *testing.T) {
+	set := []debug.BuildSetting{{Key: "GOARCH", Value: "arm"}, {Key: "GOARM", Value: "6"}, {Key: "GOOS", Value: "linux"}}
+	if got := goarmSuffix(set); got != " (GOARM=6)" {
+		t.Errorf("goarmSuffix = %q", got)
+	}
+	if got := goarmSuffix(set[:1]); got != "" {
+		t.Errorf("goarmSuffix without GOARM = %q", got)
+	}
+	if runtime.GOARCH != "arm" && platform() != runtime.GOOS+"/"+runtime.GOARCH {
+		t.Errorf("platform = %q", platform())
 	}
 }
 

@@ -19,11 +19,15 @@ import (
 // On a terminal it prompts twice without echo; otherwise it reads the
 // password from the first line of stdin (for scripts: echo pw | edgegw passwd ...).
 func cmdPasswd(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 {
-		fmt.Fprintln(stderr, "usage: edgegw passwd FILE USER")
+	fs := newFlags("passwd", stdout, stderr)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() != 2 {
+		printCommandHelp(fs, stderr)
 		return exitUsage
 	}
-	file, user := args[0], args[1]
+	file, user := fs.Arg(0), fs.Arg(1)
 	var pw []byte
 	if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
 		fmt.Fprintf(stderr, "password for %s: ", user)

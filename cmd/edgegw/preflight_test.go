@@ -1,0 +1,191 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// writeCert writes a self-signed certificate valid from notBefore to
+// notAfter and its key as PEM files in dir, named name.crt and name.key.
+func writeCert(t *testing.T, dir, name string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: notBefore, NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, DNSNames: []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	for f, b := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: kder}} {
+		if err := os.WriteFile(f, pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
+}
+
+// TestConfigFilesChecked: check-config opens and parses every file the
+// config names, reports each problem with its key on its own line and
+// exits 2; run reports the same lines and exits 2 before binding anything
+// (issue 15, point 2). Certificate validity problems are warnings only.
+func TestConfigFilesChecked(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	goodCert, goodKey := writeCert(t, dir, "good", now.Add(-time.Hour), now.Add(365*24*time.Hour))
+	_, otherKey := writeCert(t, dir, "other", now.Add(-time.Hour), now.Add(365*24*time.Hour))
+	soonCert, soonKey := writeCert(t, dir, "soon", now.Add(-time.Hour), now.Add(10*24*time.Hour))
+	oldCA, _ := writeCert(t, dir, "oldca", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
+	notPEM := filepath.Join(dir, "not.pem")
+	badACL := filepath.Join(dir, "acl")
+	badPasswd := filepath.Join(dir, "passwd")
+	for f, body := range map[string]string{notPEM: "hello\n", badACL: "user alice\ntopic sometimes a/#\n", badPasswd: "alice\n"} {
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := filepath.Join(dir, "missing")
+
+	t.Run("every problem", func(t *testing.T) {
+		cfg := writeConfig(t, `
+listeners:
+  - name: a
+    address: 127.0.0.1:0
+    tls: {cert: `+missing+`.crt, key: `+missing+`.key, client_ca: `+notPEM+`}
+  - name: b
+    address: 127.0.0.1:0
+    tls: {cert: `+goodCert+`, key: `+otherKey+`}
+auth:
+  password_file: `+badPasswd+`
+  acl_file: `+badACL+`
+bridges:
+  - name: cloud
+    client_id: gw
+    addresses: [tls://127.0.0.1:8883]
+    tls: {ca: `+missing+`-ca.pem}
+    topics: [{pattern: "x/#"}]
+`)
+		want := []string{
+			cfg + ": auth.password_file: " + badPasswd + ":1: want user:bcrypt-hash",
+			cfg + ": auth.acl_file: " + badACL + `:2: access "sometimes"`,
+			cfg + ": listeners[0].tls.cert: open " + missing + ".crt: no such file or directory",
+			cfg + ": listeners[0].tls.key: open " + missing + ".key: no such file or directory",
+			cfg + ": listeners[0].tls.client_ca: " + notPEM + ": no PEM certificate found",
+			cfg + ": listeners[1].tls.key: " + otherKey + " with " + goodCert + ": tls: private key does not match public key",
+			cfg + ": bridges[0].tls.ca: open " + missing + "-ca.pem: no such file or directory",
+			"edgegw: invalid configuration: 7 problem(s)",
+		}
+		for _, cmd := range []string{"check-config", "run"} {
+			code, out, errOut := call(t, cmd, "--config", cfg)
+			if code != exitUsage || out != "" {
+				t.Fatalf("%s: exit %d, stdout %q, want 2 and nothing", cmd, code, out)
+			}
+			lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+			if len(lines) != len(want) {
+				t.Errorf("%s: %d lines, want %d:\n%s", cmd, len(lines), len(want), errOut)
+			}
+			for _, w := range want {
+				found := false
+				for _, l := range lines {
+					found = found || strings.HasPrefix(l, w)
+				}
+				if !found {
+					t.Errorf("%s: no line starting %q in:\n%s", cmd, w, errOut)
+				}
+			}
+			for _, doubled := range []string{`\n`, "password file: password file", "acl file: acl file", "tls: tls:"} {
+				if strings.Contains(errOut, doubled) {
+					t.Errorf("%s: output contains %q:\n%s", cmd, doubled, errOut)
+				}
+			}
+		}
+	})
+
+	t.Run("warnings pass", func(t *testing.T) {
+		hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		passwd := filepath.Join(dir, "passwd.ok")
+		if err := os.WriteFile(passwd, []byte("alice:"+string(hash)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := writeConfig(t, `
+listeners:
+  - name: a
+    address: 127.0.0.1:0
+    tls: {cert: `+soonCert+`, key: `+soonKey+`, client_ca: `+oldCA+`}
+  - name: b
+    address: 127.0.0.1:0
+    tls: {cert: `+goodCert+`, key: `+goodKey+`}
+auth:
+  allow_anonymous: false
+  password_file: `+passwd+`
+`)
+		code, out, errOut := call(t, "check-config", "--config", cfg)
+		if code != 0 || !strings.Contains(out, "effective configuration") {
+			t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+		}
+		for _, w := range []string{
+			"warning: " + cfg + ": listeners[0].tls.cert: " + soonCert + `: certificate "CN=soon" expires on`,
+			"warning: " + cfg + ": listeners[0].tls.client_ca: " + oldCA + `: certificate "CN=oldca" expired on`,
+		} {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, errOut)
+			}
+		}
+		if n := strings.Count(errOut, "\n"); n != 2 {
+			t.Errorf("%d lines on stderr, want 2:\n%s", n, errOut)
+		}
+	})
+}
+
+// TestRunWarnsAnonymousNetworkListener: run logs a WARN at start for each
+// listener that accepts anonymous clients from the network (issue 13,
+// point 8). The address is TEST-NET-1 (192.0.2.1, RFC 5737), which no host
+// has: the bind then fails, so nothing is exposed while the test runs.
+func TestRunWarnsAnonymousNetworkListener(t *testing.T) {
+	t.Setenv("JOURNAL_STREAM", "")
+	cfg := writeConfig(t, `
+listeners:
+  - {name: local, address: "127.0.0.1:0"}
+  - {name: lan, address: "192.0.2.1:0"}
+metrics: {address: ""}
+`)
+	code, _, errOut := call(t, "--config", cfg)
+	if code != exitFailure {
+		t.Fatalf("exit %d, want 1 (the bind fails):\n%s", code, errOut)
+	}
+	want := `level=WARN msg="config warning" key=listeners[1] problem="listener \"lan\" on 192.0.2.1:0 accepts ANONYMOUS clients from the network`
+	if !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks\n%s\n%s", want, errOut)
+	}
+	if strings.Count(errOut, "ANONYMOUS") != 1 {
+		t.Errorf("want exactly one anonymous warning (not for the loopback listener):\n%s", errOut)
+	}
+	if !strings.Contains(errOut, `level=ERROR msg="gateway failed"`) {
+		t.Errorf("no gateway failed line:\n%s", errOut)
+	}
+}
