@@ -282,6 +282,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			log.Error("gateway failed", "err", line)
 		}
+		if errors.As(err, new(configError)) {
+			return exitUsage
+		}
 		return exitFailure
 	}
 	log.Info("stopped")

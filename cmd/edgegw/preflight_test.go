@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"io"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -15,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/edgegw/edgegw/internal/config"
 )
 
 // writeCert writes a self-signed certificate valid from notBefore to
@@ -187,5 +193,40 @@ metrics: {address: ""}
 	}
 	if !strings.Contains(errOut, `level=ERROR msg="gateway failed"`) {
 		t.Errorf("no gateway failed line:\n%s", errOut)
+	}
+}
+
+// TestLateConfigErrors: a file that goes missing between preflight and the
+// start still fails as a config problem (exit 2, not restarted by the
+// unit), named once: `bridge "cloud": ca: ...`, not `bridge cloud: bridge
+// "cloud": ...`.
+func TestLateConfigErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for name, mod := range map[string]func(*config.Config){
+		"auth": func(c *config.Config) { c.Auth.PasswordFile = missing },
+		"listener": func(c *config.Config) {
+			c.Listeners[0].TLS = config.ListenerTLS{Cert: missing, Key: missing}
+		},
+		"bridge": func(c *config.Config) {
+			b := config.DefaultBridge()
+			b.Name, b.ClientID, b.Addresses = "cloud", "gw", []string{"tls://127.0.0.1:8883"}
+			b.TLS.CA = missing
+			b.Topics = []config.BridgeTopic{{Pattern: "x/#", Direction: "out", QoS: 1}}
+			c.Bridges = []config.Bridge{b}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Listeners[0].Address = "127.0.0.1:0"
+			cfg.Metrics.Address = ""
+			mod(&cfg)
+			err := run(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if !errors.As(err, new(configError)) {
+				t.Fatalf("run: %v (%T), want a configError", err, err)
+			}
+			if msg := err.Error(); strings.Count(msg, "bridge") > 1 || !strings.Contains(msg, missing) {
+				t.Errorf("error %q", msg)
+			}
+		})
 	}
 }

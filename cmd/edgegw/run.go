@@ -49,6 +49,14 @@ func gatewayOptions(cfg config.Config) gateway.Options {
 	}
 }
 
+// configError is a start failure caused by the config or a file it names
+// (normally found by preflight first; a file can change in between). run
+// exits 2 for it, which the unit does not restart.
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
 // listener is one transport the gateway serves.
 type listener interface {
 	Listen() error
@@ -79,7 +87,7 @@ func runGateway(ctx context.Context, p runParams) error {
 	if cfg.Auth.PasswordFile != "" || cfg.Auth.ACLFile != "" {
 		files = &auth.Files{PasswordFile: cfg.Auth.PasswordFile, ACLFile: cfg.Auth.ACLFile}
 		if err := files.Load(); err != nil {
-			return fmt.Errorf("auth: %w", err)
+			return configError{err}
 		}
 		opts.Authenticator, opts.Authorizer = files, files
 	}
@@ -114,7 +122,7 @@ func runGateway(ctx context.Context, p runParams) error {
 	for _, l := range cfg.Listeners {
 		ln, rl, err := newListener(l, cfg, log)
 		if err != nil {
-			return err
+			return configError{err}
 		}
 		if rl != nil {
 			reloaders = append(reloaders, rl)
@@ -132,7 +140,7 @@ func runGateway(ctx context.Context, p runParams) error {
 	for _, bc := range cfg.Bridges {
 		b, err := bridge.New(bridgeConfig(bc, cfg.Persistence), gw, log)
 		if err != nil {
-			return fmt.Errorf("bridge %s: %w", bc.Name, err)
+			return configError{err} // names the bridge itself
 		}
 		// The spool and its sinks exist before any client can publish, so
 		// no message bound upstream is accepted without being spooled. A
