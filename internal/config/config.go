@@ -264,6 +264,14 @@ type Metrics struct {
 // overshoot after a burst is halved (bench/README.md, slowsub).
 const DefaultGCPercent = 50
 
+// DefaultMetricsAddress is metrics.address's default. The port clashes
+// with nothing common on a gateway: Prometheus' exporter range 9100-9999
+// is fully allocated (9100 is node_exporter, which most scraped Pis run),
+// and 18830 is also clear of the MQTT ports (1883, 8883), the usual
+// WebSocket ones (8080, 8083, 9001), Node-RED (1880), EMQX's dashboard
+// (18083) and Linux's ephemeral range (32768-60999). It echoes 1883.
+const DefaultMetricsAddress = "127.0.0.1:18830"
+
 // Default returns the configuration used when no file is given: a working
 // local broker on 127.0.0.1:1883 with limits safe for a 512 MiB board.
 func Default() Config {
@@ -286,7 +294,7 @@ func Default() Config {
 		Sessions:    Sessions{MaxExpiry: 24 * time.Hour},
 		Auth:        Auth{AllowAnonymous: true},
 		Persistence: Persistence{Sync: SyncBatch, SyncInterval: 20 * time.Millisecond},
-		Metrics:     Metrics{Address: "127.0.0.1:9100", BridgeDownAfter: 5 * time.Minute},
+		Metrics:     Metrics{Address: DefaultMetricsAddress, BridgeDownAfter: 5 * time.Minute},
 	}
 }
 

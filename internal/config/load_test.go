@@ -49,7 +49,7 @@ func TestDefault(t *testing.T) {
 		t.Errorf("default limits = %+v, want %+v", c.Limits, want)
 	}
 	if c.Sessions.MaxExpiry != 24*time.Hour || !c.Auth.AllowAnonymous || c.Persistence.Sync != "batch" ||
-		c.Persistence.SyncInterval != 20*time.Millisecond || c.Metrics.Address != "127.0.0.1:9100" || len(c.Bridges) != 0 {
+		c.Persistence.SyncInterval != 20*time.Millisecond || c.Metrics.Address != "127.0.0.1:18830" || len(c.Bridges) != 0 {
 		t.Errorf("default = %+v", c)
 	}
 	// Default must hand out fresh slices.

@@ -430,6 +430,6 @@ func (c Config) validateMetrics(es *Errors) {
 		return
 	}
 	if err := checkHostPort(c.Metrics.Address); err != nil {
-		es.add("metrics.address", "%v (want host:port, e.g. 127.0.0.1:9100, or \"\" to disable)", err)
+		es.add("metrics.address", "%v (want host:port, e.g. 127.0.0.1:18830, or \"\" to disable)", err)
 	}
 }

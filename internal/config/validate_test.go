@@ -77,7 +77,7 @@ func TestValidate(t *testing.T) {
 			l.Name = "other"
 			c.Listeners = append(c.Listeners, l)
 		}, nil},
-		{"listener on metrics address", func(c *Config) { c.Listeners[0].Address = "127.0.0.1:9100" }, []string{"listeners[0].address"}},
+		{"listener on metrics address", func(c *Config) { c.Listeners[0].Address = "127.0.0.1:18830" }, []string{"listeners[0].address"}},
 		{"listener tls", func(c *Config) {
 			c.Listeners[0].TLS = ListenerTLS{Cert: "c.pem", UseCNAsUsername: true}
 		}, []string{"listeners[0].tls.key", "listeners[0].tls.use_cn_as_username"}},

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/edgegw/edgegw/gateway"
@@ -237,7 +238,11 @@ type Server struct {
 func (s *Server) Listen() error {
 	ln, err := net.Listen("tcp", s.Address)
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		hint := "change metrics.address in the config, or set it to \"\" to turn metrics off"
+		if errors.Is(err, syscall.EADDRINUSE) {
+			hint = "another program listens there, ss -ltnp shows which; " + hint
+		}
+		return fmt.Errorf("metrics.address %s: %w (%s)", s.Address, err, hint)
 	}
 	s.ln = ln
 	return nil

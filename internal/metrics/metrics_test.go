@@ -141,3 +141,24 @@ func TestExposition(t *testing.T) {
 		t.Errorf("families not sorted: %v", names)
 	}
 }
+
+// TestListenBusyHint: a metrics port that another program holds fails with
+// the key to change, not a bare bind error (issue 15, point 7).
+func TestListenBusyHint(t *testing.T) {
+	taken := &Server{Address: "127.0.0.1:0"}
+	if err := taken.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	defer taken.ln.Close()
+	s := &Server{Address: taken.Addr().String()}
+	err := s.Listen()
+	if err == nil {
+		s.ln.Close()
+		t.Fatal("second Listen on the same port succeeded")
+	}
+	for _, want := range []string{"metrics.address " + s.Address, "address already in use", "another program listens there, ss -ltnp shows which", `set it to "" to turn metrics off`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
