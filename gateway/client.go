@@ -166,11 +166,8 @@ func (c *client) serve(ctx context.Context) error {
 		putRstate(c.rs)
 		c.rs = nil
 	}
-	lvl := slog.LevelInfo
-	if r == CloseClientDisconnect || r == CloseShutdown {
-		lvl = slog.LevelDebug
-	}
-	c.logf(lvl, "client closed", "reason", r.String(), "err", err)
+	// At INFO like "client connected": every connect has its close line.
+	c.logf(slog.LevelInfo, "client closed", "reason", r.String(), "err", err)
 	if errors.Is(err, io.EOF) {
 		return nil
 	}

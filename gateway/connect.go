@@ -24,6 +24,9 @@ func (c *client) refuse(code packet.ReasonCode, why string) error {
 	if code == packet.ClientIDNotValid || code == packet.BadAuthenticationMethod || code == packet.ProtocolError {
 		c.reason.Store(int32(CloseProtocolError))
 	}
+	if why == "" || why == code.String() { // e.g. auth.ErrBadCredentials is the code's own text
+		return fmt.Errorf("connect refused: %s", code)
+	}
 	return fmt.Errorf("connect refused: %s: %s", code, why)
 }
 
@@ -195,7 +198,7 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	if pc != nil {
 		c.closeWith(pc.r, pc.code) // taken over before its CONNACK was queued
 	}
-	c.logf(slog.LevelDebug, "client connected", "version", int(c.version), "clean", cp.CleanStart, "present", present, "keepalive", c.keepAlive)
+	c.logf(slog.LevelInfo, "client connected", "version", int(c.version), "clean", cp.CleanStart, "present", present, "keepalive", c.keepAlive)
 	return nil
 }
 

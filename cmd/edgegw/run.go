@@ -193,18 +193,13 @@ func runGateway(ctx context.Context, p runParams) error {
 			return fmt.Sprintf("%d clients connected, %d sessions, %d queued, bridges %d/%d up",
 				st.SessionsConnected, st.SessionsConnected+st.SessionsDisconnected, st.QueuedMessages, up, len(bridges))
 		},
-		reload: func() {
-			reload(p, files)
-			for _, rl := range reloaders {
-				if err := rl.Reload(); err != nil {
-					log.Error("reload: tls certificate; keeping the previous one", "err", err)
-				}
-			}
-		},
+		reload: func() { reloadAll(p, files, reloaders) },
 	}
 	g.Go(func() error { return sv.run(ctx) })
+	g.Go(func() error { return logStopping(ctx, log) })
 	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges), "bridges_failed", failed)
 	err := g.Wait()
+	logDropped(log, cfg.Persistence.Dir, gw.Stats(), bridgeStatuses(bridges))
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -279,21 +274,45 @@ func probe(touch func(), d time.Duration) bool {
 	}
 }
 
+// reloadAll is SIGHUP: reload, then the listeners' TLS certificates, then
+// one closing line, "reloaded" at INFO only when every part was applied.
+func reloadAll(p runParams, files *auth.Files, reloaders []*listeners.CertReloader) {
+	ok := reload(p, files)
+	for _, rl := range reloaders {
+		if err := rl.Reload(); err != nil {
+			p.log.Error("reload: tls certificate; keeping the previous one", "err", err)
+			ok = false
+		}
+	}
+	if ok {
+		p.log.Info("reloaded", "log_level", strings.ToLower(p.level.Level().String()))
+	} else {
+		p.log.Warn("reload incomplete: the parts named above kept their previous state")
+	}
+}
+
 // reload re-reads the config file and applies what can change live: the
 // log level and the auth files. Everything else is named in the log as
-// needing a restart.
-func reload(p runParams, files *auth.Files) {
+// needing a restart. It reports whether everything it tried was applied;
+// each failure is logged, one line per problem.
+func reload(p runParams, files *auth.Files) (ok bool) {
 	log := p.log
 	log.Info("reloading", "config", p.path)
 	cfg, err := config.Load(p.path, os.Environ())
 	if err != nil {
-		log.Error("reload: config invalid; keeping the running config", "err", err)
-		return
+		for _, line := range strings.Split(err.Error(), "\n") {
+			log.Error("reload: config invalid; keeping the running config", "problem", line)
+		}
+		return false
 	}
+	ok = true
 	p.level.Set(parseLevel(cfg.Log.Level))
 	if files != nil {
 		if err := files.Load(); err != nil {
-			log.Error("reload: auth files; keeping the previous rules", "err", err)
+			for _, line := range strings.Split(err.Error(), "\n") {
+				log.Error("reload: auth files; keeping the previous rules", "err", line)
+			}
+			ok = false
 		}
 	}
 	// p.cfg is the config the process started with, which is what still
@@ -318,7 +337,7 @@ func reload(p runParams, files *auth.Files) {
 	if len(restart) > 0 {
 		log.Warn("reload: these changes need a restart", "changed", strings.Join(restart, ", "))
 	}
-	log.Info("reloaded", "log_level", cfg.Log.Level)
+	return ok
 }
 
 // newListener builds the listener for one config entry (and its certificate
