@@ -230,3 +230,28 @@ func TestLateConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckConfigShowsFleetExpansion: check-config prints the bridge
+// fields with ${HOSTNAME} expanded, as the gateway will use them.
+func TestCheckConfigShowsFleetExpansion(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, `
+bridges:
+  - name: cloud
+    client_id: gw-${HOSTNAME}
+    addresses: [tcp://127.0.0.1:1884]
+    topics: [{pattern: "sensors/#", remote_prefix: "farms/${HOSTNAME}/"}]
+`)
+	code, out, errOut := call(t, "check-config", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"client_id: gw-" + host, "remote_prefix: farms/" + host + "/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("effective config lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -40,7 +40,15 @@ const EnvConfig = "EDGEGW_CONFIG"
 // defaults (DefaultListener for its type, DefaultBridge,
 // DefaultBridgeTopic). A bridge without client_id gets
 // "edgegw-<hostname>-<name>"; a listener without name gets "<type><index>".
+//
+// ${HOSTNAME} and ${MACHINE_ID} in a bridge's name, client_id and topic
+// prefixes are expanded from this machine (see HostVars).
 func Load(path string, env []string) (Config, error) {
+	return LoadVars(path, env, HostVars)
+}
+
+// LoadVars is Load with the fleet variables resolved by vars.
+func LoadVars(path string, env []string, vars Vars) (Config, error) {
 	v := viper.New()
 	if path != "" {
 		v.SetConfigFile(path)
@@ -70,6 +78,7 @@ func Load(path string, env []string) (Config, error) {
 	if err := dec.Decode(raw); err != nil {
 		collectDecodeErrors(err, &es)
 	}
+	expandFleet(&cfg, vars, &es)
 	applyDerivedDefaults(&cfg)
 
 	if verr := cfg.Validate(); verr != nil {
