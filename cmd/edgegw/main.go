@@ -78,8 +78,9 @@ func init() {
 		{"help", "[COMMAND]", "show this help, or a command's", "", cmdHelp},
 		{"passwd", "FILE USER", "add or update a user in a password file",
 			"Adds USER to the password file FILE, or changes its password (bcrypt), creating\n" +
-				"FILE (mode 0640) if needed. On a terminal it asks for the password twice without\n" +
-				"echo; otherwise it reads the password from the first line of stdin:\n" +
+				"FILE (mode 0640) if needed; an existing FILE keeps its owner, group and mode.\n" +
+				"On a terminal it asks for the password twice without echo;\n" +
+				"otherwise it reads the password from the first line of stdin:\n" +
 				"  echo 'secret' | edgegw passwd /etc/edgegw/passwd alice\n" +
 				"Reload a running gateway with SIGHUP (systemctl reload edgegw).", cmdPasswd},
 		// {"sensor", "...", cmdSensor},

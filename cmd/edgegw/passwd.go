@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"golang.org/x/term"
 
@@ -57,10 +58,34 @@ func cmdPasswd(args []string, stdout, stderr io.Writer) int {
 		}
 		pw = bytes.TrimRight(line, "\r\n")
 	}
+	before, statErr := os.Stat(file)
 	if err := auth.SetPassword(file, user, pw); err != nil {
 		fmt.Fprintf(stderr, "edgegw passwd: %v\n", err)
 		return exitFailure
 	}
+	if statErr == nil {
+		// SetPassword writes a new file and renames it over the old one:
+		// give it the old owner, group and mode, or a file an admin made
+		// root:edgegw 0640 would turn root:root and the gateway could no
+		// longer read it.
+		if err := keepOwnership(file, before); err != nil {
+			fmt.Fprintf(stderr, "edgegw passwd: %v\n", err)
+			return exitFailure
+		}
+	}
 	fmt.Fprintf(stdout, "user %s set in %s\n", user, file)
 	return exitOK
+}
+
+// keepOwnership gives file the owner, group and permissions of before.
+func keepOwnership(file string, before os.FileInfo) error {
+	if st, ok := before.Sys().(*syscall.Stat_t); ok {
+		if err := os.Chown(file, int(st.Uid), int(st.Gid)); err != nil {
+			return fmt.Errorf("keep the owner of %s: %w", file, err)
+		}
+	}
+	if err := os.Chmod(file, before.Mode().Perm()); err != nil {
+		return fmt.Errorf("keep the mode of %s: %w", file, err)
+	}
+	return nil
 }
