@@ -9,12 +9,16 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,5 +257,46 @@ bridges:
 		if !strings.Contains(out, want) {
 			t.Errorf("effective config lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestPrivilegedPortIsConfigError: binding a port below 1024 without the
+// capability is a config problem (exit 2: restarting cannot help), with
+// the hint. Runs the binary as nobody, since the tests run as root.
+func TestPrivilegedPortIsConfigError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs as root (make test does) to start the binary as nobody")
+	}
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if start <= 1 {
+		t.Skipf("net.ipv4.ip_unprivileged_port_start is %d: every port is unprivileged here", start)
+	}
+	bin := buildEdgegw(t)
+	dir := filepath.Dir(bin)
+	for _, d := range []string{dir, filepath.Dir(dir)} { // t.TempDir makes them 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "edgegw.yaml")
+	body := fmt.Sprintf("listeners: [{name: low, address: \"127.0.0.1:%d\"}]\nmetrics: {address: \"\"}\n", start-1)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", cfg)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != exitUsage {
+		t.Fatalf("exit %v, want 2:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), "CAP_NET_BIND_SERVICE") {
+		t.Errorf("output:\n%s", out)
 	}
 }

@@ -57,6 +57,17 @@ type configError struct{ err error }
 func (e configError) Error() string { return e.err.Error() }
 func (e configError) Unwrap() error { return e.err }
 
+// bindError classifies a failure to bind: a port the process may not
+// bind (below 1024 without CAP_NET_BIND_SERVICE) will not heal by
+// restarting and is a config problem; a port in use or an address not
+// (yet) configured may, and stays a runtime failure.
+func bindError(err error) error {
+	if errors.Is(err, syscall.EACCES) {
+		return configError{fmt.Errorf("%w (ports below 1024 need CAP_NET_BIND_SERVICE: see the comment in edgegw.service; or use a port >= 1024)", err)}
+	}
+	return err
+}
+
 // listener is one transport the gateway serves.
 type listener interface {
 	Listen() error
@@ -131,7 +142,7 @@ func runGateway(ctx context.Context, p runParams) error {
 			serials = append(serials, s)
 		}
 		if err := ln.Listen(); err != nil {
-			return err
+			return bindError(err)
 		}
 		lns = append(lns, ln)
 	}
@@ -163,7 +174,7 @@ func runGateway(ctx context.Context, p runParams) error {
 			Health:  newHealth(bridges, cfg.Metrics.BridgeDownAfter),
 		}}
 		if err := ms.Listen(); err != nil {
-			return err
+			return bindError(err)
 		}
 	}
 
