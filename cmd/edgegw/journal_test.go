@@ -218,7 +218,7 @@ auth: {allow_anonymous: true, password_file: "%s", acl_file: "%s"}
 		`<3>level=ERROR msg="reload: auth files; keeping the previous rules" err="` + acl + `:2:`,
 		`<4>level=WARN msg="reload incomplete`,
 		`<6>level=INFO msg="signal received; stopping (send it again to exit at once)" signal=terminated`,
-		`<6>level=INFO msg="stopping: closing listeners and client connections, flushing bridge spools"`,
+		`<6>level=INFO msg="stopping: closing listeners and client connections"` + "\n",
 		`<4>level=WARN msg="shutdown: dropped what was held in memory only (set persistence.dir to keep it)" queued_messages=0 queued_bytes=0 sessions=0 retained=1 bridge_spooled=0`,
 		`<6>level=INFO msg=stopped`,
 	} {

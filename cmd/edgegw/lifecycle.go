@@ -11,9 +11,13 @@ import (
 // logStopping logs once ctx is done that the gateway is draining: the
 // listeners stop accepting, clients are disconnected and the bridges flush
 // their spools. It returns nil then (an errgroup member).
-func logStopping(ctx context.Context, log *slog.Logger) error {
+func logStopping(ctx context.Context, log *slog.Logger, bridges int) error {
 	<-ctx.Done()
-	log.Info("stopping: closing listeners and client connections, flushing bridge spools")
+	if bridges == 0 {
+		log.Info("stopping: closing listeners and client connections")
+	} else {
+		log.Info("stopping: closing listeners and client connections, flushing bridge spools", "bridges", bridges)
+	}
 	return nil
 }
 

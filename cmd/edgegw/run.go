@@ -207,7 +207,7 @@ func runGateway(ctx context.Context, p runParams) error {
 		reload: func() { reloadAll(p, files, reloaders) },
 	}
 	g.Go(func() error { return sv.run(ctx) })
-	g.Go(func() error { return logStopping(ctx, log) })
+	g.Go(func() error { return logStopping(ctx, log, len(bridges)) })
 	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges), "bridges_failed", failed)
 	err := g.Wait()
 	logDropped(log, cfg.Persistence.Dir, gw.Stats(), bridgeStatuses(bridges))
