@@ -13,9 +13,12 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/gateway/packet"
 )
 
@@ -56,8 +59,28 @@ func benchClient(b *testing.B, srv *Server, id string) *client {
 	return c
 }
 
-func benchPublishPath(b *testing.B, subs int, qos byte) {
-	srv := New(Options{}, nil)
+// benchACL is the rule set of the acl=on runs: the anonymous bench clients
+// may read and write sensors/#, except a denied subtree, as a gateway with
+// an ACL file has.
+const benchACL = `topic readwrite sensors/#
+topic deny sensors/secret/#
+pattern readwrite clients/%c/#
+`
+
+func benchPublishPath(b *testing.B, subs int, qos byte, acl bool) {
+	var opts Options
+	if acl {
+		p := filepath.Join(b.TempDir(), "acl")
+		if err := os.WriteFile(p, []byte(benchACL), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		files := &auth.Files{ACLFile: p}
+		if err := files.Load(); err != nil {
+			b.Fatal(err)
+		}
+		opts.Authorizer = files
+	}
+	srv := New(opts, nil)
 	readers := make([]*client, subs)
 	for i := range readers {
 		c := benchClient(b, srv, fmt.Sprintf("sub%d", i))
@@ -120,11 +143,17 @@ func benchPublishPath(b *testing.B, subs int, qos byte) {
 }
 
 func BenchmarkPublishPath(b *testing.B) {
-	for _, subs := range []int{1, 50} {
-		for _, qos := range []byte{0, 1} {
-			b.Run(fmt.Sprintf("subs=%d/qos=%d", subs, qos), func(b *testing.B) {
-				benchPublishPath(b, subs, qos)
-			})
+	for _, acl := range []bool{false, true} {
+		for _, subs := range []int{1, 50} {
+			for _, qos := range []byte{0, 1} {
+				name := fmt.Sprintf("subs=%d/qos=%d", subs, qos)
+				if acl {
+					name += "/acl"
+				}
+				b.Run(name, func(b *testing.B) {
+					benchPublishPath(b, subs, qos, acl)
+				})
+			}
 		}
 	}
 }
