@@ -178,6 +178,11 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	c.connecting = true // from here a takeover waits for the CONNACK (closeWith)
 	c.wmu.Unlock()
 	res := c.srv.reg.attach(c, c.id, cp.CleanStart, expiry)
+	if res.notOwner {
+		c.srv.stats.deny(deniedSessionOwner)
+		c.logf(slog.LevelWarn, "connect refused: client id belongs to another user's session", "user", c.username)
+		return c.refuse(packet.NotAuthorized, "client id in use by another user's session") // CONNACK 0x87 (v5) / 5 (3.1.1)
+	}
 	c.sess = res.sess
 	if res.oldConn != nil {
 		c.logf(slog.LevelInfo, "session taken over")
@@ -231,10 +236,14 @@ func (c *client) handlePublish(p *packet.Publish) error {
 	if strings.HasPrefix(p.Topic, "$") && !strings.HasPrefix(p.Topic, "$share/") {
 		// Clients may not publish into the broker's own namespaces.
 		if strings.HasPrefix(p.Topic, "$SYS") {
+			c.srv.stats.deny(deniedPublish)
 			return c.ack(p, packet.NotAuthorized)
 		}
 	}
 	if az := o.Authorizer; az != nil && !az.CanPublish(c.username, c.id, p.Topic) {
+		// v5: PUBACK/PUBREC 0x87; 3.1.1 has no negative ack: acknowledged
+		// and dropped, as mosquitto does, and counted.
+		c.srv.stats.deny(deniedPublish)
 		c.logf(slog.LevelDebug, "publish not authorized", "topic", p.Topic)
 		return c.ack(p, packet.NotAuthorized)
 	}
@@ -448,6 +457,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			return c.protocolError(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
 		}
 		if az := o.Authorizer; az != nil && !az.CanSubscribe(c.username, c.id, rs.Filter) {
+			c.srv.stats.deny(deniedSubscribe)
 			codes[i] = packet.NotAuthorized
 			if c.version != packet.V5 {
 				codes[i] = packet.V3SubackFailure
@@ -484,6 +494,10 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			ids = []uint32{rs.sub.subID}
 		}
 		c.srv.retained.Match(rs.filter, func(_ string, m *Message) {
+			if az := o.Authorizer; az != nil && !c.sess.mayRead(az, m.Topic) {
+				c.srv.stats.deny(deniedDelivery) // checked per message, as live ones
+				return
+			}
 			// Retained sends never hold the subscriber itself (no flow control).
 			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now, nil) // [MQTT-3.3.1-8] retain flag set
 		})

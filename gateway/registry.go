@@ -26,6 +26,9 @@ type attachResult struct {
 	sess    *session
 	present bool    // session present flag for CONNACK
 	oldConn *client // connection that was taken over, to be closed by the caller
+	// notOwner: the id's session belongs to another user; nothing was
+	// changed and the CONNECT must be refused.
+	notOwner bool
 }
 
 // attach gives c the session for id. cleanStart discards an existing
@@ -37,6 +40,13 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 	defer r.mu.Unlock()
 	var res attachResult
 	old := r.sessions[id]
+	if old != nil && old.owner != c.username {
+		// A client id does not make a client: only the user that created
+		// the session may resume it, take it over or discard it (clean
+		// start), whether it is connected or waiting (issue 13).
+		res.notOwner = true
+		return res
+	}
 	if old != nil {
 		old.mu.Lock()
 		if old.conn != nil {
@@ -63,6 +73,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 	s := old
 	if s == nil {
 		s = newSession(r.srv, id)
+		s.owner = c.username
 		r.sessions[id] = s
 	} else {
 		res.present = true // [MQTT-3.2.2-2]

@@ -179,7 +179,14 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err e
 		}
 		r.add(sub)
 	})
+	az := s.opts.Authorizer
 	for k, members := range r.shared {
+		if az != nil {
+			members = s.readers(az, members, m.Topic)
+			if len(members) == 0 {
+				continue
+			}
+		}
 		r.add(s.pickShared(k, members))
 	}
 	matched = sinks > 0 || len(r.targets) > 0
@@ -191,6 +198,10 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err e
 	var waitBuf [4]*session
 	waitOn := waitBuf[:0]
 	for _, t := range r.targets {
+		if az != nil && !t.sess.mayRead(az, m.Topic) {
+			s.stats.deny(deniedDelivery)
+			continue
+		}
 		qos := min(m.QoS, t.qos)
 		c, w := t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now, &h)
 		congested = congested || c
@@ -231,6 +242,22 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err e
 		runtime.Gosched()
 	}
 	return pending, matched, sinkErr
+}
+
+// readers keeps, in place, the shared group members that may read the
+// message's topic, so a denied member never takes a message from the
+// others.
+func (s *Server) readers(az Authorizer, members []subscription, topic string) []subscription {
+	n := 0
+	for _, m := range members {
+		if m.sess.mayRead(az, topic) {
+			members[n] = m
+			n++
+		} else {
+			s.stats.deny(deniedDelivery)
+		}
+	}
+	return members[:n]
 }
 
 // pickShared chooses one member of a shared subscription group, round-robin

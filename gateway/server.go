@@ -97,6 +97,13 @@ type Authenticator interface {
 type Authorizer interface {
 	CanPublish(username, clientID, topic string) bool
 	CanSubscribe(username, clientID, filter string) bool
+	// CanRead is asked before a message is delivered to a subscriber
+	// (live or retained): a filter allowed at subscribe time can still
+	// match topics the subscriber may not read.
+	CanRead(username, clientID, topic string) bool
+	// Generation changes when the rules change (a reload); CanRead
+	// verdicts cached under an older generation are dropped.
+	Generation() uint64
 }
 
 // Server is the embedded MQTT broker. Listeners hand it connections through

@@ -25,6 +25,8 @@ import (
 type session struct {
 	srv    *Server
 	id     string
+	owner  string      // user name of the client that created the session ("" = anonymous); fixed for its life
+	reads  readCache   // delivery authorization verdicts (authz.go)
 	online atomic.Bool // s.conn != nil; read without the lock by shared-subscription routing
 
 	mu          sync.Mutex

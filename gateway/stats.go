@@ -46,6 +46,7 @@ type counters struct {
 	authFailures  atomic.Int64 // CONNECTs refused for a bad user name or password
 	notStored     atomic.Int64 // QoS 1/2 messages a sink could not keep: not acknowledged
 	closes        [numCloseReasons]atomic.Int64
+	denied        [numDenials]atomic.Int64
 }
 
 func (c *counters) drop(r dropReason) { c.drops[r].Add(1) }
@@ -73,6 +74,7 @@ type Stats struct {
 	NotStored            int64            // QoS 1/2 publishes refused because a sink could not keep them
 	Closes               map[string]int64 // by close reason
 	State                *store.Stats     // the state store's writes (flash wear); nil without one
+	Denied               map[string]int64 // authorization refusals by kind (publish, subscribe, delivery, session_owner)
 }
 
 // Stats returns a snapshot. It walks the sessions, so call it at metrics
@@ -94,6 +96,7 @@ func (s *Server) Stats() Stats {
 		NotStored:        s.stats.notStored.Load(),
 		Drops:            make(map[string]int64, numDropReasons),
 		Closes:           make(map[string]int64, numCloseReasons),
+		Denied:           make(map[string]int64, numDenials),
 	}
 	for r := dropReason(0); r < numDropReasons; r++ {
 		st.Drops[r.String()] = s.stats.drops[r].Load()
@@ -104,6 +107,9 @@ func (s *Server) Stats() Stats {
 	}
 	for r := CloseReason(0); r < numCloseReasons; r++ {
 		st.Closes[r.String()] = s.stats.closes[r].Load()
+	}
+	for d := denial(0); d < numDenials; d++ {
+		st.Denied[d.String()] = s.stats.denied[d].Load()
 	}
 	s.reg.mu.Lock()
 	for _, ss := range s.reg.sessions {

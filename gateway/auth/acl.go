@@ -133,12 +133,42 @@ func (a *acl) allowed(username, clientID, name string, want access, isFilter boo
 		}
 	}
 	for _, r := range a.patterns {
-		f := strings.ReplaceAll(strings.ReplaceAll(r.filter, "%u", username), "%c", clientID)
+		f, applies := substitute(r.filter, username, clientID)
+		if !applies {
+			continue
+		}
 		if !check(f, r.access) {
 			return false
 		}
 	}
 	return ok
+}
+
+// substitute puts the user name for %u and the client id for %c into a
+// pattern rule's filter. A substituted value is one literal topic level:
+// it never acts as a wildcard and never spans levels. So a value that
+// contains '+', '#' or '/' (which no single level of a topic name can equal
+// literally), starts with '$' (which would reach the broker's namespaces
+// when substituted first) or is empty (%u of an anonymous client, as in
+// mosquitto) makes the rule not apply to that client: it grants nothing
+// and denies nothing. Without this, client id "#" turned
+// "clients/%c/#" into "clients/#/#", every client's subtree (issue 13).
+func substitute(filter, username, clientID string) (string, bool) {
+	if !strings.Contains(filter, "%") {
+		return filter, true
+	}
+	if strings.Contains(filter, "%u") && !literalLevel(username) {
+		return "", false
+	}
+	if strings.Contains(filter, "%c") && !literalLevel(clientID) {
+		return "", false
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(filter, "%u", username), "%c", clientID), true
+}
+
+// literalLevel reports whether v can stand for itself as one topic level.
+func literalLevel(v string) bool {
+	return v != "" && v[0] != '$' && !strings.ContainsAny(v, "+#/")
 }
 
 // matchTopic reports whether MQTT filter matches topic.
@@ -150,32 +180,33 @@ func matchTopic(filter, topic string) bool {
 }
 
 // covers reports whether every topic matched by sub is matched by acl
-// (a topic name is a filter without wildcards).
+// (a topic name is a filter without wildcards). It does not allocate: it
+// runs for every publish and for every delivery the read cache misses.
 func covers(acl, sub string) bool {
-	a, s := strings.Split(acl, "/"), strings.Split(sub, "/")
-	for i, al := range a {
+	for {
+		al, arest, amore := strings.Cut(acl, "/")
 		if al == "#" {
 			return true
 		}
-		if i >= len(s) {
-			return false
-		}
-		sl := s[i]
+		sl, srest, smore := strings.Cut(sub, "/")
 		switch {
 		case sl == "#":
 			return false // sub reaches deeper than a non-# acl level
 		case al == "+":
-			continue
 		case sl == "+":
 			return false
 		case al != sl:
 			return false
 		}
+		if !smore {
+			// sub ends here: covered if acl ends too, or continues with
+			// "#", which also matches its parent level ("a/#" covers "a").
+			next, _, _ := strings.Cut(arest, "/")
+			return !amore || next == "#"
+		}
+		if !amore {
+			return false // sub is longer
+		}
+		acl, sub = arest, srest
 	}
-	if len(s) == len(a) {
-		return true
-	}
-	// sub is longer; only a trailing "#" in acl could cover it (handled above),
-	// except acl "x/#" also matching "x" is the reverse case.
-	return false
 }

@@ -29,6 +29,7 @@ type Files struct {
 
 	cur atomic.Pointer[rules]
 	ver verifier // bounds the CPU password checks may take (verify.go)
+	gen atomic.Uint64 // counts successful loads (Generation)
 }
 
 type rules struct {
@@ -62,8 +63,13 @@ func (f *Files) Load() error {
 	}
 	f.cur.Store(r)
 	f.ver.forget()
+	f.gen.Add(1)
 	return nil
 }
+
+// Generation changes whenever Load puts new rules in force. A verdict
+// cached under one generation must not be used under another.
+func (f *Files) Generation() uint64 { return f.gen.Load() }
 
 // Authenticate checks a CONNECT's credentials. A client identified by a
 // verified certificate whose CN is used as its user name needs no password.
@@ -111,6 +117,19 @@ func (f *Files) CanPublish(username, clientID, topic string) bool {
 		return true
 	}
 	return r.acl.allowed(username, clientID, topic, accessWrite, false)
+}
+
+// CanRead reports whether a message on topic may be delivered to the
+// client. It is asked for every message a subscription matches (the
+// gateway caches the verdicts per session and generation): a subscription
+// allowed as a whole, such as shared/+/x, still must not carry the messages
+// of a denied subtree such as shared/secret/#.
+func (f *Files) CanRead(username, clientID, topic string) bool {
+	r := f.cur.Load()
+	if r == nil || r.acl == nil {
+		return true
+	}
+	return r.acl.allowed(username, clientID, topic, accessRead, false)
 }
 
 // CanSubscribe reports whether the client may subscribe to filter: every
