@@ -3,6 +3,7 @@ package auth
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -45,9 +46,14 @@ func readACL(path string) (*acl, error) {
 		return nil, fmt.Errorf("acl file: %w", err)
 	}
 	defer fh.Close()
+	return parseACL(fh, path)
+}
+
+// parseACL reads ACL rules from r; path names the file in errors.
+func parseACL(r io.Reader, path string) (*acl, error) {
 	a := &acl{users: make(map[string][]aclRule)}
 	user, inUser := "", false
-	sc := bufio.NewScanner(fh)
+	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {

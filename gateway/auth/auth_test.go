@@ -166,3 +166,86 @@ func TestCovers(t *testing.T) {
 		}
 	}
 }
+
+// TestACLIssue13 is the ACL of issue 13 with the checks docs/security.md
+// states: per-topic reads under an allowed wildcard, literal %u/%c.
+func TestACLIssue13(t *testing.T) {
+	f := &Files{ACLFile: writeFile(t, "acl", `topic read $SYS/#
+user alice
+topic readwrite shared/#
+topic deny shared/secret/#
+topic readwrite alice/#
+user bob
+topic readwrite bob/#
+pattern readwrite clients/%c/#
+pattern read users/%u/inbox
+`)}
+	if err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+	type op struct {
+		kind, user, client, name string
+		want                     bool
+	}
+	for name, c := range map[string]op{
+		"alice may subscribe shared/+/x":          {"sub", "alice", "a1", "shared/+/x", true},
+		"alice reads shared/public/x":             {"read", "alice", "a1", "shared/public/x", true},
+		"alice does not read shared/secret/x":     {"read", "alice", "a1", "shared/secret/x", false},
+		"alice may not subscribe shared/#":        {"sub", "alice", "a1", "shared/#", false},
+		"anonymous reads $SYS":                    {"read", "", "x", "$SYS/broker/uptime", true},
+		"anonymous writes nothing":                {"pub", "", "x", "$SYS/broker/uptime", false},
+		"bob reads no $SYS (rules are per user)":  {"read", "bob", "x", "$SYS/broker/uptime", false},
+		"client reads own subtree":                {"read", "alice", "alicedev", "clients/alicedev/x", true},
+		"client id + reads no other subtree":      {"read", "alice", "+", "clients/bobdev/secret", false},
+		"client id + subscribes no other subtree": {"sub", "alice", "+", "clients/+/secret", false},
+		"client id # writes no other subtree":     {"pub", "alice", "#", "clients/bobdev/cmd", false},
+		"client id a/b writes not into a's":       {"pub", "alice", "a/b", "clients/a/b/x", false},
+		"client id $SYS gets no $SYS":             {"read", "bob", "$SYS", "clients/$SYS/x", false},
+		"user + reads no other inbox":             {"read", "+", "x", "users/bob/inbox", false},
+		"user reads own inbox":                    {"read", "bob", "x", "users/bob/inbox", true},
+		"anonymous has no %u inbox":               {"read", "", "x", "users//inbox", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var got bool
+			switch c.kind {
+			case "sub":
+				got = f.CanSubscribe(c.user, c.client, c.name)
+			case "read":
+				got = f.CanRead(c.user, c.client, c.name)
+			case "pub":
+				got = f.CanPublish(c.user, c.client, c.name)
+			}
+			if got != c.want {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestGenerationChangesOnlyOnSuccessfulLoad: the gateway's cached read
+// verdicts are dropped exactly when new rules are in force.
+func TestGenerationChangesOnlyOnSuccessfulLoad(t *testing.T) {
+	p := writeFile(t, "acl", "topic read a/#\n")
+	f := &Files{ACLFile: p}
+	if err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+	g1 := f.Generation()
+	os.WriteFile(p, []byte("bogus\n"), 0o600)
+	if f.Load() == nil || f.Generation() != g1 {
+		t.Fatalf("a failed load changed the generation %d -> %d", g1, f.Generation())
+	}
+	os.WriteFile(p, []byte("topic read b/#\n"), 0o600)
+	if err := f.Load(); err != nil || f.Generation() == g1 {
+		t.Fatalf("a successful load kept generation %d (err %v)", g1, err)
+	}
+	if f.CanRead("", "c", "a/x") || !f.CanRead("", "c", "b/x") {
+		t.Fatal("new rules not in force")
+	}
+}
+
+func TestCoversDoesNotAllocate(t *testing.T) {
+	if a := testing.AllocsPerRun(100, func() { covers("sensors/+/temp/#", "sensors/dev42/temp") }); a != 0 {
+		t.Fatalf("covers allocates %v times", a)
+	}
+}
