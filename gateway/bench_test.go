@@ -157,3 +157,31 @@ func BenchmarkPublishPath(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMayRead is the per-delivery authorization check with its verdict
+// cached: what each subscriber of a message costs on top of delivery when
+// an ACL is configured.
+func BenchmarkMayRead(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "acl")
+	if err := os.WriteFile(p, []byte(benchACL), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	files := &auth.Files{ACLFile: p}
+	if err := files.Load(); err != nil {
+		b.Fatal(err)
+	}
+	s := newSession(nil, "sub0")
+	b.Run("hit", func(b *testing.B) {
+		s.mayRead(files, "sensors/dev42/temp")
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			s.mayRead(files, "sensors/dev42/temp")
+		}
+	})
+	b.Run("uncached", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			files.CanRead("", "sub0", "sensors/dev42/temp")
+		}
+	})
+}

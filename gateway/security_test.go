@@ -378,3 +378,57 @@ func TestSecurityPatternSubstitutionIsLiteral(t *testing.T) {
 	own, _ := rawConnect(t, b.addr, packet.V311, "alicedev", true, login("alice"))
 	own.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "clients/alicedev/#", QoS: 1})
 }
+
+// refusedWith connects with cp and expects a refusing CONNACK with code
+// want, then the close.
+func refusedWith(t *testing.T, b *broker, cp *packet.Connect, want packet.ReasonCode) {
+	t.Helper()
+	if cp.ProtocolName == "" {
+		cp.ProtocolName = "MQTT"
+	}
+	if cp.KeepAlive == 0 {
+		cp.KeepAlive = 60
+	}
+	rc := rawDial(t, b.addr, cp.Version)
+	rc.send(cp)
+	rc.start()
+	got := rc.expectClose(10 * time.Second)
+	if a, ok := got[0].(*packet.Connack); len(got) != 1 || !ok || a.ReasonCode != want {
+		t.Fatalf("got %v, want CONNACK %v", types(got), want)
+	}
+}
+
+// Authentication as docs/security.md states it: an unknown user, a wrong
+// password and a missing password are refused alike with CONNACK 4 (3.1.1)
+// / 0x86 (v5); an anonymous client with allow_anonymous off gets 5 / 0x87;
+// a will on a topic the user may not publish to refuses the CONNECT with
+// 5 / 0x87.
+func TestSecurityAuthenticationRefusals(t *testing.T) {
+	b, _ := secureBroker(t, false)
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		bad, notAuth := packet.V3RefusedBadUsernameOrPassword, packet.V3RefusedNotAuthorized
+		if v == packet.V5 {
+			bad, notAuth = packet.BadUsernameOrPassword, packet.NotAuthorized
+		}
+		t.Run(v.String(), func(t *testing.T) {
+			for name, cp := range map[string]*packet.Connect{
+				"wrong password": {UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte("bobpw")},
+				"unknown user":   {UsernameFlag: true, Username: "mallory", PasswordFlag: true, Password: []byte("x")},
+				"no password":    {UsernameFlag: true, Username: "alice"},
+			} {
+				cp.Version, cp.ClientID, cp.CleanStart = v, "c1", true
+				t.Run(name, func(t *testing.T) { refusedWith(t, b, cp, bad) })
+			}
+			t.Run("anonymous", func(t *testing.T) {
+				refusedWith(t, b, &packet.Connect{Version: v, ClientID: "c1", CleanStart: true}, notAuth)
+			})
+			t.Run("will topic not allowed", func(t *testing.T) {
+				cp := &packet.Connect{Version: v, ClientID: "c1", CleanStart: true,
+					Will: &packet.Will{Topic: "bob/x", Payload: []byte("forged will")}}
+				login("alice")(cp)
+				refusedWith(t, b, cp, notAuth)
+			})
+			rawConnect(t, b.addr, v, "c1", true, login("alice")) // and the right password works
+		})
+	}
+}

@@ -113,14 +113,9 @@ func (a *acl) allowed(username, clientID, name string, want access, isFilter boo
 	}
 	ok := false
 	check := func(filter string, acc access) bool {
-		var match bool
-		if isFilter {
-			match = covers(filter, name)
-		} else {
-			match = matchTopic(filter, name)
-		}
+		match := matchTopic(filter, name)
 		if !match && acc&accessDeny != 0 && isFilter {
-			match = covers(name, filter) // a wider subscription that reaches a denied subtree
+			match = matchTopic(name, filter) // a wider subscription that reaches a denied subtree
 		}
 		if !match {
 			return true
@@ -177,7 +172,10 @@ func literalLevel(v string) bool {
 	return v != "" && v[0] != '$' && !strings.ContainsAny(v, "+#/")
 }
 
-// matchTopic reports whether MQTT filter matches topic.
+// matchTopic reports whether MQTT filter matches topic, or, when topic is
+// itself a filter, every topic it matches. [MQTT-4.7.2-1] applies to both:
+// a rule starting with a wildcard reaches no $-topic, so "topic read #"
+// neither delivers nor lets one subscribe to $SYS/#.
 func matchTopic(filter, topic string) bool {
 	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
 		return false

@@ -177,6 +177,8 @@ topic deny shared/secret/#
 topic readwrite alice/#
 user bob
 topic readwrite bob/#
+user ops
+topic readwrite #
 pattern readwrite clients/%c/#
 pattern read users/%u/inbox
 `)}
@@ -203,6 +205,9 @@ pattern read users/%u/inbox
 		"client id $SYS gets no $SYS":             {"read", "bob", "$SYS", "clients/$SYS/x", false},
 		"user + reads no other inbox":             {"read", "+", "x", "users/bob/inbox", false},
 		"user reads own inbox":                    {"read", "bob", "x", "users/bob/inbox", true},
+		"# reaches every topic":                   {"read", "ops", "x", "any/topic", true},
+		"# does not reach $SYS":                   {"read", "ops", "x", "$SYS/broker/uptime", false},
+		"# does not grant subscribing $SYS/#":     {"sub", "ops", "x", "$SYS/#", false},
 		"anonymous has no %u inbox":               {"read", "", "x", "users//inbox", false},
 	} {
 		t.Run(name, func(t *testing.T) {

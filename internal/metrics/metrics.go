@@ -102,6 +102,10 @@ func collect(w *expo, src Sources) {
 		for _, r := range sortedKeys(st.Closes) {
 			f.v(float64(st.Closes[r]), "reason", r)
 		}
+		f = w.counter("edgegw_denied_total", "Authorization refusals, by kind: publish, subscribe, delivery, session_owner.")
+		for _, k := range sortedKeys(st.Denied) {
+			f.v(float64(st.Denied[k]), "kind", k)
+		}
 		w.counter("edgegw_slow_consumers_total", "Subscribers that stopped draining while publishers waited on them.").
 			v(float64(st.SlowConsumers))
 		w.counter("edgegw_auth_failures_total", "Logins refused for a bad user name or password.").

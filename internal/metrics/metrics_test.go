@@ -69,6 +69,8 @@ func TestMetricsAndHealth(t *testing.T) {
 		"edgegw_slow_consumers_total 0",
 		"edgegw_auth_failures_total 0",
 		"edgegw_messages_not_stored_total 0",
+		`edgegw_denied_total{kind="delivery"} 0`,
+		`edgegw_denied_total{kind="session_owner"} 0`,
 		`edgegw_messages_dropped_total{reason="queue_full"} 0`,
 		`edgegw_bridge_up{bridge="cloud"} 1`,
 		`edgegw_bridge_spool_messages{bridge="cloud"} 3`,
