@@ -34,7 +34,13 @@ func startBroker(t testing.TB, opts gateway.Options) *broker {
 	if os.Getenv("EDGEGW_TEST_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return startBrokerLog(t, opts, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+}
+
+// startBrokerLog is startBroker with the caller's logger (tests of what is
+// logged).
+func startBrokerLog(t testing.TB, opts gateway.Options, log *slog.Logger) *broker {
+	t.Helper()
 	srv := gateway.New(opts, log)
 	l := &listeners.TCP{Name: "test", Address: "127.0.0.1:0", Log: log}
 	if err := l.Listen(); err != nil {

@@ -6,11 +6,14 @@ package gateway_test
 // packet matters. docs/security.md points here for each behaviour it states.
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +51,31 @@ var issue13Users = map[string]string{"alice": "alicepw", "bob": "bobpw", "ops": 
 // anonymous clients are allowed only when anon is set.
 func secureBroker(t *testing.T, anon bool) (*broker, *auth.Files) {
 	t.Helper()
+	return secureBrokerLog(t, anon, nil)
+}
+
+// logBuffer collects a broker's log lines for a test to inspect.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// secureBrokerLog is secureBroker logging into logs (at info level and
+// above) when it is not nil.
+func secureBrokerLog(t *testing.T, anon bool, logs *logBuffer) (*broker, *auth.Files) {
+	t.Helper()
 	dir := t.TempDir()
 	var pw strings.Builder
 	for u, p := range issue13Users {
@@ -69,8 +97,11 @@ func secureBroker(t *testing.T, anon bool) (*broker, *auth.Files) {
 	if err := files.Load(); err != nil {
 		t.Fatal(err)
 	}
-	b := startBroker(t, gateway.Options{AllowAnonymous: anon, Authenticator: files, Authorizer: files})
-	return b, files
+	opts := gateway.Options{AllowAnonymous: anon, Authenticator: files, Authorizer: files}
+	if logs != nil {
+		return startBrokerLog(t, opts, slog.New(slog.NewTextHandler(logs, nil))), files
+	}
+	return startBroker(t, opts), files
 }
 
 // user returns mosquitto client arguments for a user of issue13Users.
@@ -235,7 +266,8 @@ func TestSecurityDeniedPublishAndSubscribe(t *testing.T) {
 // is refused and gets nothing; the session and its queue stay bob's.
 func TestSecuritySessionOwnership(t *testing.T) {
 	needMosquittoClients(t)
-	b, _ := secureBroker(t, false)
+	var logs logBuffer
+	b, _ := secureBrokerLog(t, false, &logs)
 	// bob's persistent session with a subscription, then he goes away.
 	startMosqSub(t, b, args(user("bob"), []string{"-i", "bob-device", "-c", "-q", "1", "-t", "bob/#", "-E"})...).wait(t)
 	mosqPub(t, b, "", args(user("bob"), []string{"-i", "bob-pub", "-q", "1", "-t", "bob/x", "-m", "for-bob"})...)
@@ -265,6 +297,12 @@ func TestSecuritySessionOwnership(t *testing.T) {
 			}
 			if n := b.srv.Stats().Denied["session_owner"]; n != before+1 {
 				t.Fatalf("session_owner refusals %d, want %d", n, before+1)
+			}
+			if n := strings.Count(logs.String(), `level=WARN msg="connect refused: client id belongs to another user's session"`); n != int(before)+1 {
+				t.Fatalf("%d warnings logged, want %d; log:\n%s", n, before+1, logs.String())
+			}
+			if !strings.Contains(logs.String(), "client=bob-device user=alice") {
+				t.Fatalf("the warning does not name the client id and the user:\n%s", logs.String())
 			}
 		})
 	}

@@ -177,6 +177,7 @@ topic deny shared/secret/#
 topic readwrite alice/#
 user bob
 topic readwrite bob/#
+topic bobplain/#
 user ops
 topic readwrite #
 pattern readwrite clients/%c/#
@@ -205,6 +206,8 @@ pattern read users/%u/inbox
 		"client id $SYS gets no $SYS":             {"read", "bob", "$SYS", "clients/$SYS/x", false},
 		"user + reads no other inbox":             {"read", "+", "x", "users/bob/inbox", false},
 		"user reads own inbox":                    {"read", "bob", "x", "users/bob/inbox", true},
+		"no access word reads":                    {"read", "bob", "x", "bobplain/a", true},
+		"no access word writes":                   {"pub", "bob", "x", "bobplain/a", true},
 		"# reaches every topic":                   {"read", "ops", "x", "any/topic", true},
 		"# does not reach $SYS":                   {"read", "ops", "x", "$SYS/broker/uptime", false},
 		"# does not grant subscribing $SYS/#":     {"sub", "ops", "x", "$SYS/#", false},
