@@ -69,6 +69,7 @@ const (
 	deniedSubscribe                  // SUBSCRIBE filter (SUBACK 0x80 / 0x87)
 	deniedDelivery                   // a message a subscription matched but its owner may not read
 	deniedSessionOwner               // CONNECT for a client id whose session belongs to another user
+	deniedTopicLimit                 // a topic name or filter over max_topic_levels / max_topic_length (limits.go)
 	numDenials
 )
 
@@ -82,6 +83,8 @@ func (d denial) String() string {
 		return "delivery"
 	case deniedSessionOwner:
 		return "session_owner"
+	case deniedTopicLimit:
+		return "topic_limit"
 	}
 	return "unknown"
 }

@@ -39,7 +39,7 @@ func v3ConnackCode(code packet.ReasonCode) packet.ReasonCode {
 		return packet.V3RefusedIdentifierRejected
 	case packet.BadUsernameOrPassword:
 		return packet.V3RefusedBadUsernameOrPassword
-	case packet.NotAuthorized, packet.BadAuthenticationMethod:
+	case packet.NotAuthorized, packet.BadAuthenticationMethod, packet.TopicNameInvalid:
 		return packet.V3RefusedNotAuthorized
 	default:
 		return packet.V3RefusedServerUnavailable
@@ -161,6 +161,10 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 
 	// Will.
 	if w := cp.Will; w != nil {
+		if !o.topicFits(w.Topic) {
+			c.srv.stats.deny(deniedTopicLimit)
+			return c.refuse(packet.TopicNameInvalid, "will topic over max_topic_levels or max_topic_length")
+		}
 		if az := o.Authorizer; az != nil && !az.CanPublish(c.username, c.id, w.Topic) {
 			return c.refuse(packet.NotAuthorized, "will topic not allowed: "+w.Topic)
 		}
@@ -211,6 +215,13 @@ func (c *client) handlePublish(p *packet.Publish) error {
 	o := &c.srv.opts
 	if p.QoS > 0 && c.in.max > 0 && int(c.in.open.Load()) >= c.in.max && !(p.QoS == 2 && c.sess.hasInboundQoS2(p.PacketID)) {
 		return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d unacknowledged QoS 1/2 publishes", c.in.max) // [MQTT-3.3.4-9]
+	}
+	if p.Topic != "" && !o.topicFits(p.Topic) {
+		// Before a topic alias can keep it. v5: PUBACK/PUBREC 0x90;
+		// 3.1.1: acknowledged and dropped, as a denied publish.
+		c.srv.stats.deny(deniedTopicLimit)
+		c.logf(slog.LevelDebug, "publish topic over the limits", "levels", strings.Count(p.Topic, "/")+1, "bytes", len(p.Topic))
+		return c.ack(p, packet.TopicNameInvalid)
 	}
 	if c.version == packet.V5 && p.Props.Has(packet.PropTopicAlias) {
 		a := p.Props.TopicAlias
@@ -455,6 +466,14 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 		group, inner, shared := packet.SplitShared(rs.Filter)
 		if shared && rs.NoLocal {
 			return c.protocolError(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
+		}
+		if !o.filterFits(rs.Filter, inner) {
+			c.srv.stats.deny(deniedTopicLimit)
+			codes[i] = packet.TopicFilterInvalid
+			if c.version != packet.V5 {
+				codes[i] = packet.V3SubackFailure
+			}
+			continue
 		}
 		if az := o.Authorizer; az != nil && !az.CanSubscribe(c.username, c.id, rs.Filter) {
 			c.srv.stats.deny(deniedSubscribe)

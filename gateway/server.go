@@ -35,6 +35,8 @@ type Options struct {
 	MaxKeepAlive      time.Duration // keepalive above this is lowered (v5) ; 0 = none
 	TopicAliasMaximum uint16        // inbound aliases accepted from v5 clients; 0 = 64
 	SysInterval       time.Duration // $SYS update period; 0 = 10s
+	MaxTopicLevels    int           // levels of a topic name or filter; 0 = 64
+	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 1024
 
 	AllowAnonymous bool
 	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
@@ -56,6 +58,8 @@ func (o Options) withDefaults() Options {
 	def(&o.MaxPacketSize, 1<<20)
 	def(&o.MaxInflight, 32)
 	def(&o.MaxQueuedMessages, 1000)
+	def(&o.MaxTopicLevels, 64)
+	def(&o.MaxTopicLength, 1024)
 	if o.MaxInflight > 65535 {
 		o.MaxInflight = 65535
 	}

@@ -45,6 +45,8 @@ func gatewayOptions(cfg config.Config) gateway.Options {
 		MaxSessionExpiry:  cfg.Sessions.MaxExpiry,
 		ServerKeepAlive:   l.ServerKeepalive,
 		MaxKeepAlive:      l.KeepaliveMax,
+		MaxTopicLevels:    l.MaxTopicLevels,
+		MaxTopicLength:    l.MaxTopicLength,
 		AllowAnonymous:    cfg.Auth.AllowAnonymous,
 	}
 }

@@ -153,6 +153,11 @@ type Limits struct {
 	// the proportional target off (the memory limit alone triggers GC).
 	// The GOGC environment variable overrides it.
 	GCPercent int `mapstructure:"gc_percent"`
+	// MaxTopicLevels and MaxTopicLength bound every topic name and
+	// subscription filter a client sends (a filter's levels are topic
+	// tree nodes); over either, it is refused (docs/security.md).
+	MaxTopicLevels int `mapstructure:"max_topic_levels"`
+	MaxTopicLength int `mapstructure:"max_topic_length"`
 }
 
 // DerivedMemoryLimit is the memory limit used when MemoryLimit is 0: twice
@@ -290,6 +295,8 @@ func Default() Config {
 			MaxQueuedBytes:    4 * MiB,
 			MemoryBudget:      64 * MiB,
 			GCPercent:         DefaultGCPercent,
+			MaxTopicLevels:    64,
+			MaxTopicLength:    1024,
 		},
 		Sessions:    Sessions{MaxExpiry: 24 * time.Hour},
 		Auth:        Auth{AllowAnonymous: true},

@@ -206,6 +206,12 @@ func (c Config) validateLimits(es *Errors) {
 	if l.MaxInflight < 1 || l.MaxInflight > maxInflightMQTT {
 		es.add("limits.max_inflight", "must be in 1..%d (got %d)", maxInflightMQTT, l.MaxInflight)
 	}
+	if l.MaxTopicLevels < 1 || l.MaxTopicLevels > maxTopicLen/2+1 {
+		es.add("limits.max_topic_levels", "must be in 1..%d (got %d)", maxTopicLen/2+1, l.MaxTopicLevels)
+	}
+	if l.MaxTopicLength < 1 || l.MaxTopicLength > maxTopicLen {
+		es.add("limits.max_topic_length", "must be in 1..%d bytes (got %d)", maxTopicLen, l.MaxTopicLength)
+	}
 	if l.MaxQueuedMessages < 1 {
 		es.add("limits.max_queued_messages", "must be >= 1 (got %d)", l.MaxQueuedMessages)
 	}

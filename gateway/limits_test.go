@@ -1,0 +1,135 @@
+package gateway_test
+
+// Topic limits (issue 13 point 4): names and filters deeper than
+// max_topic_levels or longer than max_topic_length are refused before they
+// reach the topic tree or the retained store.
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/gateway/packet"
+)
+
+// heapInUse is the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// The subscription bomb of issue 13: one SUBSCRIBE of 16 filters of 60,000
+// empty levels (960 KB, under max_packet_size) took the broker's RSS from 9
+// to 359 MiB, and it stayed there after the client left. Now every filter
+// is refused with a SUBACK failure code and nothing is kept.
+func TestLimitsSubscriptionBomb(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	before := heapInUse()
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		want := packet.V3SubackFailure
+		if v == packet.V5 {
+			want = packet.TopicFilterInvalid
+		}
+		rc, _ := rawConnect(t, b.addr, v, "bomber-"+v.String(), true, nil)
+		subs := make([]packet.Subscription, 16)
+		for i := range subs {
+			subs[i] = packet.Subscription{Filter: strings.Repeat("/", 60000-1), QoS: 1}
+		}
+		rc.send(&packet.Subscribe{PacketID: 1, Subscriptions: subs})
+		sa := expect[*packet.Suback](t, rc, 30*time.Second)
+		for i, c := range sa.ReasonCodes {
+			if c != want {
+				t.Fatalf("%v: filter %d: %v, want %v", v, i, c, want)
+			}
+		}
+		if n := b.srv.Stats().Subscriptions; n != 0 {
+			t.Fatalf("%v: %d subscriptions kept", v, n)
+		}
+		rc.disconnect()
+	}
+	if grown := int64(heapInUse()) - int64(before); grown > 4<<20 {
+		t.Fatalf("live heap grew by %d KiB after the refused subscription bombs", grown>>10)
+	}
+}
+
+// The default limits: 64 levels and 1024 bytes pass, one more of either is
+// refused, for filters (SUBACK 0x80 / 0x8F) and names (v5 PUBACK 0x90;
+// 3.1.1 acknowledged and dropped), live and retained.
+func TestLimitsTopicLevelsAndLength(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	levelsOf := func(l string, n int) string { return l + strings.Repeat("/"+l, n-1) }
+	lengthOf := func(l string, n int) string { return l + "/" + strings.Repeat(l, n-2) }
+	levels := func(n int) string { return levelsOf("a", n) }
+	length := func(n int) string { return lengthOf("b", n) }
+	watcher, _ := rawConnect(t, b.addr, packet.V311, "watcher", true, nil)
+	watcher.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "#", QoS: 1})
+
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		subFail, pubFail := packet.V3SubackFailure, packet.ReasonCode(0)
+		if v == packet.V5 {
+			subFail, pubFail = packet.TopicFilterInvalid, packet.TopicNameInvalid
+		}
+		rc, _ := rawConnect(t, b.addr, v, "limits-"+v.String(), true, nil)
+		rc.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{
+			// (filters that match none of the names published below)
+			{Filter: levelsOf("f", 64)}, {Filter: levelsOf("f", 65)}, {Filter: lengthOf("f", 1024)}, {Filter: lengthOf("f", 1025)},
+			{Filter: "$share/g/" + levelsOf("f", 64)}, {Filter: "$share/g/" + levelsOf("f", 65)},
+		}})
+		sa := expect[*packet.Suback](t, rc, 10*time.Second)
+		if want := []packet.ReasonCode{0, subFail, 0, subFail, 0, subFail}; !equalCodes(sa.ReasonCodes, want) {
+			t.Fatalf("%v: suback %v, want %v", v, sa.ReasonCodes, want)
+		}
+		for i, topic := range []string{levels(65), length(1025), levels(64), length(1024)} {
+			rc.send(&packet.Publish{QoS: 1, PacketID: uint16(10 + i), Topic: topic, Retain: true, Payload: []byte("x")})
+			want := pubFail
+			if i >= 2 {
+				want = 0
+			}
+			if a := expect[*packet.Puback](t, rc, 10*time.Second); a.ReasonCode != want {
+				t.Fatalf("%v: publish %d levels, %d bytes: puback %v, want %v", v, strings.Count(topic, "/")+1, len(topic), a.ReasonCode, want)
+			}
+		}
+		// The watcher gets only the two within the limits.
+		for _, want := range []string{levels(64), length(1024)} {
+			p := watcher.nextPublish(10 * time.Second)
+			watcher.ackPublish(p)
+			if p.Topic != want {
+				t.Fatalf("watcher got a %d-level, %d-byte topic, want %d levels, %d bytes",
+					strings.Count(p.Topic, "/")+1, len(p.Topic), strings.Count(want, "/")+1, len(want))
+			}
+		}
+		rc.disconnect()
+	}
+	if n := b.srv.Stats().Retained; n != 2 {
+		t.Fatalf("%d retained messages, want the 2 within the limits", n)
+	}
+	// A will on a topic over the limits refuses the CONNECT.
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		want := packet.V3RefusedNotAuthorized
+		if v == packet.V5 {
+			want = packet.TopicNameInvalid
+		}
+		refusedWith(t, b, &packet.Connect{Version: v, ClientID: "w", CleanStart: true,
+			Will: &packet.Will{Topic: levels(65), Payload: []byte("w")}}, want)
+	}
+	// 3 filters and 2 names per version, and the 2 wills.
+	if n := b.srv.Stats().Denied["topic_limit"]; n != 12 {
+		t.Fatalf("topic_limit refusals %d, want 12", n)
+	}
+}
+
+func equalCodes(a, b []packet.ReasonCode) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
