@@ -475,7 +475,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			}
 			continue
 		}
-		if az := o.Authorizer; az != nil && !az.CanSubscribe(c.username, c.id, rs.Filter) {
+		if az := o.Authorizer; az != nil && !az.CanSubscribe(c.username, c.id, inner) {
 			c.srv.stats.deny(deniedSubscribe)
 			codes[i] = packet.NotAuthorized
 			if c.version != packet.V5 {

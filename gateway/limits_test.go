@@ -37,7 +37,8 @@ func TestLimitsSubscriptionBomb(t *testing.T) {
 		rc, _ := rawConnect(t, b.addr, v, "bomber-"+v.String(), true, nil)
 		subs := make([]packet.Subscription, 16)
 		for i := range subs {
-			subs[i] = packet.Subscription{Filter: strings.Repeat("/", 60000-1), QoS: 1}
+			// distinct filters: identical ones would share their nodes
+			subs[i] = packet.Subscription{Filter: string(rune('a'+i)) + strings.Repeat("/", 60000-1), QoS: 1}
 		}
 		rc.send(&packet.Subscribe{PacketID: 1, Subscriptions: subs})
 		sa := expect[*packet.Suback](t, rc, 30*time.Second)

@@ -470,3 +470,48 @@ func TestSecurityAuthenticationRefusals(t *testing.T) {
 		})
 	}
 }
+
+// Shared subscriptions: the ACL is asked about the filter without its
+// $share/<group>/ prefix, and a member that may not read a message's topic
+// is passed over, so the group's other members get it instead.
+func TestSecuritySharedSubscription(t *testing.T) {
+	b, _ := secureBroker(t, false)
+	alice, _ := rawConnect(t, b.addr, packet.V5, "alice-s", true, login("alice"))
+	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/shared/+/x", QoS: 1},
+		packet.Subscription{Filter: "alice/end", QoS: 1})
+	bob, _ := rawConnect(t, b.addr, packet.V5, "bob-s", true, login("bob"))
+	bob.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/shared/+/x", QoS: 1},
+		packet.Subscription{Filter: "bob/end", QoS: 1})
+	pub, _ := rawConnect(t, b.addr, packet.V5, "bob-p", true, login("bob"))
+	publish := func(id uint16, topic string) {
+		pub.send(&packet.Publish{QoS: 1, PacketID: id, Topic: topic, Payload: []byte(topic)})
+		if a := expect[*packet.Puback](t, pub, 10*time.Second); a.ReasonCode != 0 {
+			t.Fatalf("puback %v", a.ReasonCode)
+		}
+	}
+	for i := range 4 {
+		publish(uint16(1+i), "shared/secret/x")
+	}
+	publish(5, "bob/end")
+	// alice/end is written by alice's own user.
+	ap, _ := rawConnect(t, b.addr, packet.V5, "alice-p", true, login("alice"))
+	ap.send(&packet.Publish{QoS: 1, PacketID: 1, Topic: "alice/end", Payload: []byte("end")})
+	expect[*packet.Puback](t, ap, 10*time.Second)
+
+	until := func(rc *rawClient, marker string) (topics []string) {
+		for {
+			p := rc.nextPublish(10 * time.Second)
+			rc.ackPublish(p)
+			if p.Topic == marker {
+				return topics
+			}
+			topics = append(topics, p.Topic)
+		}
+	}
+	if got := until(bob, "bob/end"); len(got) != 4 {
+		t.Fatalf("bob got %q, want the 4 secret messages: alice's turns passed to him", got)
+	}
+	if got := until(alice, "alice/end"); len(got) != 0 {
+		t.Fatalf("alice got %q through the shared subscription", got)
+	}
+}
