@@ -430,7 +430,10 @@ func refusedWith(t *testing.T, b *broker, cp *packet.Connect, want packet.Reason
 	rc := rawDial(t, b.addr, cp.Version)
 	rc.send(cp)
 	rc.start()
-	got := rc.expectClose(10 * time.Second)
+	// A long deadline: an unknown user is checked against a bcrypt hash of
+	// the default cost (10), made on first use, which under -race on a
+	// busy machine took more than 10 s.
+	got := rc.expectClose(60 * time.Second)
 	if a, ok := got[0].(*packet.Connack); len(got) != 1 || !ok || a.ReasonCode != want {
 		t.Fatalf("got %v, want CONNACK %v", types(got), want)
 	}
