@@ -183,6 +183,9 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	c.wmu.Unlock()
 	res := c.srv.reg.attach(c, c.id, cp.CleanStart, expiry)
 	if res.notOwner {
+		c.wmu.Lock()
+		c.connecting = false // no CONNACK will be queued: closes need not wait for one
+		c.wmu.Unlock()
 		c.srv.stats.deny(deniedSessionOwner)
 		c.logf(slog.LevelWarn, "connect refused: client id belongs to another user's session", "user", c.username)
 		return c.refuse(packet.NotAuthorized, "client id in use by another user's session") // CONNACK 0x87 (v5) / 5 (3.1.1)

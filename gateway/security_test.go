@@ -430,9 +430,9 @@ func refusedWith(t *testing.T, b *broker, cp *packet.Connect, want packet.Reason
 	rc := rawDial(t, b.addr, cp.Version)
 	rc.send(cp)
 	rc.start()
-	// A long deadline: an unknown user is checked against a bcrypt hash of
-	// the default cost (10), made on first use, which under -race on a
-	// busy machine took more than 10 s.
+	// A long deadline: after each failed login from 127.0.0.1 the next
+	// attempt waits in the tarpit (100 ms doubling up to 5 s), and bcrypt
+	// is slow under -race on a busy machine.
 	got := rc.expectClose(60 * time.Second)
 	if a, ok := got[0].(*packet.Connack); len(got) != 1 || !ok || a.ReasonCode != want {
 		t.Fatalf("got %v, want CONNACK %v", types(got), want)

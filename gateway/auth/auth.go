@@ -28,7 +28,7 @@ type Files struct {
 	ACLFile      string // "" = every client may publish and subscribe everywhere
 
 	cur atomic.Pointer[rules]
-	ver verifier // bounds the CPU password checks may take (verify.go)
+	ver verifier      // bounds the CPU password checks may take (verify.go)
 	gen atomic.Uint64 // counts successful loads (Generation)
 }
 
