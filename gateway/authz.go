@@ -40,13 +40,14 @@ func (s *session) mayRead(az Authorizer, topic string) bool {
 		rc.gen = gen
 	}
 	v, ok := rc.m[topic]
+	owner := s.owner // adopt changes it under rc.mu
 	rc.mu.Unlock()
 	if ok {
 		return v
 	}
-	v = az.CanRead(s.owner, s.id, topic)
+	v = az.CanRead(owner, s.id, topic)
 	rc.mu.Lock()
-	if rc.gen == gen {
+	if rc.gen == gen && s.owner == owner {
 		if rc.m == nil {
 			rc.m = make(map[string]bool)
 		}
@@ -59,6 +60,18 @@ func (s *session) mayRead(az Authorizer, topic string) bool {
 	}
 	rc.mu.Unlock()
 	return v
+}
+
+// adopt makes user the owner of a session restored without a recorded
+// owner (a state file written before owners were kept): trust on first
+// resume, once, after an upgrade. Until then its deliveries were checked
+// as anonymous. Caller holds the registry's lock and s.mu.
+func (s *session) adopt(user string) {
+	s.reads.mu.Lock()
+	s.owner = user
+	clear(s.reads.m) // verdicts computed for the old owner
+	s.reads.mu.Unlock()
+	s.ownerUnknown = false // the attach that adopts writes the session's meta, owner included
 }
 
 // denial says what an authorization refusal was for.

@@ -144,7 +144,7 @@ func (s *session) persistMeta(offline time.Time) {
 	if !s.persisted {
 		return
 	}
-	m := store.SessionMeta{Expiry: s.expiry}
+	m := store.SessionMeta{Expiry: s.expiry, Owner: s.owner}
 	if !offline.IsZero() {
 		m.DisconnectedAt = offline.UnixNano()
 	}

@@ -40,7 +40,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 	defer r.mu.Unlock()
 	var res attachResult
 	old := r.sessions[id]
-	if old != nil && old.owner != c.username {
+	if old != nil && !old.ownerUnknown && old.owner != c.username {
 		// A client id does not make a client: only the user that created
 		// the session may resume it, take it over or discard it (clean
 		// start), whether it is connected or waiting (issue 13).
@@ -79,6 +79,9 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 		res.present = true // [MQTT-3.2.2-2]
 	}
 	s.mu.Lock()
+	if s.ownerUnknown {
+		s.adopt(c.username)
+	}
 	s.conn = c
 	s.gen++ // timers set while it was disconnected are stale now
 	s.online.Store(true)

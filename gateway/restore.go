@@ -94,6 +94,8 @@ func (s *Server) Restore(st *store.State) RestoreResult {
 // restoreSession rebuilds one disconnected session.
 func (s *Server) restoreSession(ss *store.Session, expiry time.Duration, now time.Time) *session {
 	sess := newSession(s, ss.ID)
+	sess.owner = ss.Meta.Owner
+	sess.ownerUnknown = !ss.Meta.OwnerKnown // a record from before owners were kept, or a lost one
 	sess.expiry = expiry
 	sess.persisted = s.state != nil
 	for _, sb := range ss.Subs {

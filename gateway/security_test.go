@@ -22,6 +22,7 @@ import (
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/gateway/store"
 )
 
 // issue13ACL is the ACL of issue 13, plus what the tests' other publishers
@@ -76,6 +77,14 @@ func (l *logBuffer) String() string {
 // above) when it is not nil.
 func secureBrokerLog(t *testing.T, anon bool, logs *logBuffer) (*broker, *auth.Files) {
 	t.Helper()
+	return secureBrokerState(t, anon, logs, "", nil)
+}
+
+// secureBrokerState is secureBroker with a state store in stateDir (when
+// not ""), restored, then given restore (when not nil) as if read from an
+// older store.
+func secureBrokerState(t *testing.T, anon bool, logs *logBuffer, stateDir string, restore *store.State) (*broker, *auth.Files) {
+	t.Helper()
 	dir := t.TempDir()
 	var pw strings.Builder
 	for u, p := range issue13Users {
@@ -98,6 +107,23 @@ func secureBrokerLog(t *testing.T, anon bool, logs *logBuffer) (*broker, *auth.F
 		t.Fatal(err)
 	}
 	opts := gateway.Options{AllowAnonymous: anon, Authenticator: files, Authorizer: files}
+	if stateDir != "" {
+		st, loaded, err := store.Open(store.Options{Dir: stateDir, Sync: store.SyncAlways})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Store = st
+		b := startBroker(t, opts)
+		b.srv.Restore(loaded)
+		if restore != nil {
+			b.srv.Restore(restore)
+		}
+		var once sync.Once
+		stop := b.stop
+		b.stop = func() { once.Do(func() { stop(); st.Close() }) } // the store's lock is free after stop
+		t.Cleanup(b.stop)
+		return b, files
+	}
 	if logs != nil {
 		return startBrokerLog(t, opts, slog.New(slog.NewTextHandler(logs, nil))), files
 	}
@@ -517,4 +543,48 @@ func TestSecuritySharedSubscription(t *testing.T) {
 	if got := until(alice, "alice/end"); len(got) != 0 {
 		t.Fatalf("alice got %q through the shared subscription", got)
 	}
+}
+
+// Point 2 with persistence: a session's owner is kept in the state store,
+// so after a restart bob's session still refuses alice and resumes for
+// bob with his queued message.
+func TestSecuritySessionOwnerSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	b, _ := secureBrokerState(t, false, nil, dir, nil)
+	bob, _ := rawConnect(t, b.addr, packet.V311, "bob-device", false, login("bob"))
+	bob.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "bob/#", QoS: 1})
+	bob.disconnect()
+	pub, _ := rawConnect(t, b.addr, packet.V311, "bob-pub", true, login("bob"))
+	pub.send(&packet.Publish{QoS: 1, PacketID: 1, Topic: "bob/x", Payload: []byte("for-bob")})
+	expect[*packet.Puback](t, pub, 10*time.Second)
+	pub.disconnect()
+	b.stop()
+
+	b, _ = secureBrokerState(t, false, nil, dir, nil)
+	cp := &packet.Connect{Version: packet.V311, ClientID: "bob-device"}
+	login("alice")(cp)
+	refusedWith(t, b, cp, packet.V3RefusedNotAuthorized)
+	bob, ack := rawConnect(t, b.addr, packet.V311, "bob-device", false, login("bob"))
+	if !ack.SessionPresent {
+		t.Fatal("bob's session not present after the restart")
+	}
+	if p := bob.nextPublish(10 * time.Second); string(p.Payload) != "for-bob" {
+		t.Fatalf("bob got %q", p.Payload)
+	}
+}
+
+// A session restored from a record written before owners were kept
+// (OwnerKnown false) belongs to the first user that resumes it; from then
+// on other users are refused.
+func TestSecuritySessionWithoutRecordedOwnerAdopted(t *testing.T) {
+	old := &store.State{Sessions: []store.Session{{ID: "old-device", HasMeta: true,
+		Meta: store.SessionMeta{Expiry: time.Hour}, Subs: []store.Sub{{Filter: "bob/#", QoS: 1}}}}}
+	b, _ := secureBrokerState(t, false, nil, t.TempDir(), old)
+	_, ack := rawConnect(t, b.addr, packet.V311, "old-device", false, login("bob"))
+	if !ack.SessionPresent {
+		t.Fatal("the restored session was not resumed")
+	}
+	cp := &packet.Connect{Version: packet.V311, ClientID: "old-device"}
+	login("alice")(cp)
+	refusedWith(t, b, cp, packet.V3RefusedNotAuthorized)
 }

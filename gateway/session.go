@@ -23,11 +23,15 @@ import (
 )
 
 type session struct {
-	srv    *Server
-	id     string
-	owner  string      // user name of the client that created the session ("" = anonymous); fixed for its life
-	reads  readCache   // delivery authorization verdicts (authz.go)
-	online atomic.Bool // s.conn != nil; read without the lock by shared-subscription routing
+	srv   *Server
+	id    string
+	owner string // user name of the client that created the session ("" = anonymous); see adopt
+	// ownerUnknown: restored from a record that did not keep the owner;
+	// the first user that resumes the session becomes its owner (adopt).
+	// Guarded by the registry's lock.
+	ownerUnknown bool
+	reads        readCache   // delivery authorization verdicts (authz.go)
+	online       atomic.Bool // s.conn != nil; read without the lock by shared-subscription routing
 
 	mu          sync.Mutex
 	conn        *client // owner, nil while disconnected

@@ -26,7 +26,10 @@
 //
 // Kinds: 1 retained set (message), 2 retained cleared (topic), 3 session
 // put (client, expiry ns, disconnected-at unix ns, will-due unix ns, will
-// flag, will message), 4 session deleted (client: everything it held goes),
+// flag, will message, owner user name; the owner was added at the end
+// after version 1 shipped: a record without it decodes with the owner
+// unknown, and an older binary counts a record with it as undecodable),
+// 4 session deleted (client: everything it held goes),
 // 5 subscription put (client, filter, QoS, flags, subscription id), 6
 // subscription deleted, 7 queued message (client, sequence number, granted
 // QoS, flags, packet id, subscription ids, message), 8 queued message

@@ -90,10 +90,14 @@ func appendBody(b []byte, r *rec) []byte {
 		b = binary.LittleEndian.AppendUint64(b, uint64(m.DisconnectedAt))
 		b = binary.LittleEndian.AppendUint64(b, uint64(m.WillAt))
 		if m.Will == nil {
-			return append(b, 0)
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			b = appendMsg(b, m.Will)
 		}
-		b = append(b, 1)
-		return appendMsg(b, m.Will)
+		// Added after format version 1 shipped, at the end, so a record
+		// without it (written before) still decodes: OwnerKnown false.
+		return appendStr(b, m.Owner)
 	case opSubPut:
 		s := &r.sub
 		b = appendStr(b, s.Filter)
@@ -269,6 +273,9 @@ func decodeBody(body []byte) (rec, error) {
 			r.meta.Will = &w
 		default:
 			d.bad = true
+		}
+		if len(d.b) > 0 {
+			r.meta.Owner, r.meta.OwnerKnown = d.str(), true
 		}
 	case opSubPut:
 		r.sub.Filter = d.str()

@@ -34,6 +34,13 @@ type SessionMeta struct {
 	DisconnectedAt int64         // unix ns when it went offline; 0 while connected
 	Will           *Msg          // delayed will not yet published, nil if none
 	WillAt         int64         // unix ns when Will is due
+	// Owner is the user name of the client that created the session (""
+	// = anonymous): only that user may resume it (docs/security.md).
+	Owner string
+	// OwnerKnown is false for a record written before owners were kept
+	// (the trailing owner field is absent); the gateway then lets the
+	// first user that resumes the session own it.
+	OwnerKnown bool
 }
 
 // Entry is one message queued or in flight for a session.
@@ -102,7 +109,7 @@ func frameSize(body int) int { return recHeaderSize + body }
 func sessHead(client string) int { return 1 + 2 + len(client) }
 
 func metaSize(client string, m *SessionMeta) int {
-	n := sessHead(client) + 25
+	n := sessHead(client) + 25 + 2 + len(m.Owner)
 	if m.Will != nil {
 		n += msgSize(m.Will)
 	}

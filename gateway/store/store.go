@@ -330,6 +330,7 @@ func (s *Store) RetainDel(topic string) uint64 { return s.append(&rec{op: opReta
 
 // SessionPut records a persistent session's own state (creating it).
 func (s *Store) SessionPut(client string, m SessionMeta) uint64 {
+	m.OwnerKnown = true // every record written now carries the owner
 	return s.append(&rec{op: opSessionPut, client: client, meta: m})
 }
 

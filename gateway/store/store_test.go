@@ -32,7 +32,7 @@ func fill(t *testing.T, s *Store, n int) uint64 {
 	s.RetainSet(Msg{Topic: "r/1", Payload: []byte("one"), QoS: 1, Retain: true})
 	s.RetainSet(Msg{Topic: "r/2", Payload: []byte("two"), Retain: true, Origin: "c"})
 	s.RetainDel("r/2")
-	s.SessionPut("act", SessionMeta{Expiry: time.Hour, DisconnectedAt: 1234})
+	s.SessionPut("act", SessionMeta{Expiry: time.Hour, DisconnectedAt: 1234, Owner: "alice"})
 	s.SubPut("act", Sub{Filter: "cmd/#", QoS: 2, NoLocal: true, RetainHandling: 2, SubID: 7})
 	s.SubPut("act", Sub{Filter: "$share/g/x", QoS: 1})
 	for i := range n {
@@ -160,5 +160,31 @@ func TestCompactionBoundsTheLog(t *testing.T) {
 	}
 	if st.BytesWritten > st.RecordBytes*2 {
 		t.Fatalf("wrote %d B for %d B of records", st.BytesWritten, st.RecordBytes)
+	}
+}
+
+// TestSessionOwnerRecord: a session record keeps its owner; a record
+// written before owners were kept (no trailing owner field) still decodes,
+// with OwnerKnown false.
+func TestSessionOwnerRecord(t *testing.T) {
+	for _, m := range []SessionMeta{
+		{Expiry: time.Hour, Owner: "alice"},
+		{Expiry: time.Hour, Owner: ""}, // anonymous: known, empty
+		{Expiry: time.Hour, Owner: "bob", Will: &Msg{Topic: "w", Payload: []byte("x")}, WillAt: 5},
+	} {
+		r := rec{op: opSessionPut, client: "c", meta: m}
+		body := appendBody(nil, &r)
+		got, err := decodeBody(body)
+		if err != nil || got.meta.Owner != m.Owner || !got.meta.OwnerKnown {
+			t.Fatalf("decode %+v: %+v %v", m, got.meta, err)
+		}
+		if n := frameSize(len(body)); n != metaSize("c", &m) {
+			t.Fatalf("metaSize %d, encoded %d", metaSize("c", &m), n)
+		}
+		old := body[:len(body)-2-len(m.Owner)] // as written before the owner field
+		got, err = decodeBody(old)
+		if err != nil || got.meta.OwnerKnown || got.meta.Owner != "" || got.meta.Expiry != time.Hour {
+			t.Fatalf("old record of %+v: %+v %v", m, got.meta, err)
+		}
 	}
 }
