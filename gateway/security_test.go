@@ -580,9 +580,19 @@ func TestSecuritySessionWithoutRecordedOwnerAdopted(t *testing.T) {
 	old := &store.State{Sessions: []store.Session{{ID: "old-device", HasMeta: true,
 		Meta: store.SessionMeta{Expiry: time.Hour}, Subs: []store.Sub{{Filter: "bob/#", QoS: 1}}}}}
 	b, _ := secureBrokerState(t, false, nil, t.TempDir(), old)
-	_, ack := rawConnect(t, b.addr, packet.V311, "old-device", false, login("bob"))
+	pub, _ := rawConnect(t, b.addr, packet.V311, "bob-pub", true, login("bob"))
+	publish := func(id uint16, topic string) {
+		pub.send(&packet.Publish{QoS: 1, PacketID: id, Topic: topic, Payload: []byte(topic)})
+		expect[*packet.Puback](t, pub, 10*time.Second)
+	}
+	publish(1, "bob/x") // checked as for an anonymous client: not delivered
+	dev, ack := rawConnect(t, b.addr, packet.V311, "old-device", false, login("bob"))
 	if !ack.SessionPresent {
 		t.Fatal("the restored session was not resumed")
+	}
+	publish(2, "bob/y") // bob's now
+	if p := dev.nextPublish(10 * time.Second); p.Topic != "bob/y" {
+		t.Fatalf("got %s first, want bob/y", p.Topic)
 	}
 	cp := &packet.Connect{Version: packet.V311, ClientID: "old-device"}
 	login("alice")(cp)
