@@ -78,11 +78,12 @@ func (s *session) adopt(user string) {
 type denial int
 
 const (
-	deniedPublish      denial = iota // PUBLISH (v5: PUBACK/PUBREC 0x87; 3.1.1: acknowledged and dropped)
-	deniedSubscribe                  // SUBSCRIBE filter (SUBACK 0x80 / 0x87)
-	deniedDelivery                   // a message a subscription matched but its owner may not read
-	deniedSessionOwner               // CONNECT for a client id whose session belongs to another user
-	deniedTopicLimit                 // a topic name or filter over max_topic_levels / max_topic_length (limits.go)
+	deniedPublish           denial = iota // PUBLISH (v5: PUBACK/PUBREC 0x87; 3.1.1: acknowledged and dropped)
+	deniedSubscribe                       // SUBSCRIBE filter (SUBACK 0x80 / 0x87)
+	deniedDelivery                        // a message a subscription matched but its owner may not read
+	deniedSessionOwner                    // CONNECT for a client id whose session belongs to another user
+	deniedTopicLimit                      // a topic name or filter over max_topic_levels / max_topic_length (limits.go)
+	deniedSubscriptionLimit               // a new subscription past max_subscriptions (limits.go)
 	numDenials
 )
 
@@ -98,6 +99,8 @@ func (d denial) String() string {
 		return "session_owner"
 	case deniedTopicLimit:
 		return "topic_limit"
+	case deniedSubscriptionLimit:
+		return "subscription_limit"
 	}
 	return "unknown"
 }

@@ -486,6 +486,14 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			}
 			continue
 		}
+		if !c.sess.roomFor(rs.Filter, o.MaxSubscriptions) {
+			c.srv.stats.deny(deniedSubscriptionLimit)
+			codes[i] = packet.QuotaExceeded
+			if c.version != packet.V5 {
+				codes[i] = packet.V3SubackFailure
+			}
+			continue
+		}
 		qos := min(rs.QoS, 2)
 		sub := subscription{sess: c.sess, qos: qos, noLocal: rs.NoLocal, rap: rs.RetainAsPublished,
 			rh: rs.RetainHandling, subID: subID, group: group}

@@ -134,3 +134,39 @@ func equalCodes(a, b []packet.ReasonCode) bool {
 	}
 	return true
 }
+
+// max_subscriptions: a session holds at most that many subscriptions; a
+// new one past it gets SUBACK 0x97 (v5) / 0x80 (3.1.1), replacing one it
+// has still works, and an unsubscribe makes room. Leaving gives the
+// memory back: the tree is empty once the clean session ends.
+func TestLimitsSubscriptionsPerSession(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxSubscriptions: 3})
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		full := packet.V3SubackFailure
+		if v == packet.V5 {
+			full = packet.QuotaExceeded
+		}
+		rc, _ := rawConnect(t, b.addr, v, "subs-"+v.String(), true, nil)
+		sub := func(id uint16, want []packet.ReasonCode, filters ...string) {
+			t.Helper()
+			subs := make([]packet.Subscription, len(filters))
+			for i, f := range filters {
+				subs[i] = packet.Subscription{Filter: f, QoS: 1}
+			}
+			rc.send(&packet.Subscribe{PacketID: id, Subscriptions: subs})
+			if sa := expect[*packet.Suback](t, rc, 10*time.Second); !equalCodes(sa.ReasonCodes, want) {
+				t.Fatalf("%v: subscribe %q: %v, want %v", v, filters, sa.ReasonCodes, want)
+			}
+		}
+		sub(1, []packet.ReasonCode{1, 1, 1, full}, "a", "b", "$share/g/c", "d")
+		sub(2, []packet.ReasonCode{1, full}, "a", "$share/h/c") // a replacement fits; another group is another subscription
+		rc.send(&packet.Unsubscribe{PacketID: 3, Filters: []string{"b"}})
+		expect[*packet.Unsuback](t, rc, 10*time.Second)
+		sub(4, []packet.ReasonCode{1}, "d")
+		rc.disconnect()
+	}
+	waitSubs(t, b, 0)
+	if n := b.srv.Stats().Denied["subscription_limit"]; n != 4 {
+		t.Fatalf("subscription_limit refusals %d, want 4", n)
+	}
+}

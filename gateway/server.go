@@ -37,6 +37,7 @@ type Options struct {
 	SysInterval       time.Duration // $SYS update period; 0 = 10s
 	MaxTopicLevels    int           // levels of a topic name or filter; 0 = 64
 	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 1024
+	MaxSubscriptions  int           // per session; 0 = 500
 
 	AllowAnonymous bool
 	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
@@ -60,6 +61,7 @@ func (o Options) withDefaults() Options {
 	def(&o.MaxQueuedMessages, 1000)
 	def(&o.MaxTopicLevels, 64)
 	def(&o.MaxTopicLength, 1024)
+	def(&o.MaxSubscriptions, 500)
 	if o.MaxInflight > 65535 {
 		o.MaxInflight = 65535
 	}

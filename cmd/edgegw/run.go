@@ -47,6 +47,7 @@ func gatewayOptions(cfg config.Config) gateway.Options {
 		MaxKeepAlive:      l.KeepaliveMax,
 		MaxTopicLevels:    l.MaxTopicLevels,
 		MaxTopicLength:    l.MaxTopicLength,
+		MaxSubscriptions:  l.MaxSubscriptions,
 		AllowAnonymous:    cfg.Auth.AllowAnonymous,
 	}
 }

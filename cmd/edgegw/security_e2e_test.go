@@ -50,7 +50,7 @@ topic readwrite deep/#
 listeners:
   - {name: lan, type: tcp, address: "%s"}
 metrics: {address: ""}
-limits: {max_topic_levels: 8}
+limits: {max_topic_levels: 8, max_subscriptions: 2}
 auth: {allow_anonymous: false, password_file: %s, acl_file: %s}
 `, addr, filepath.Join(dir, "passwd"), filepath.Join(dir, "acl"))), 0o600)
 	startEdgegw(t, buildEdgegw(t), "--config", cfg)
@@ -120,6 +120,13 @@ auth: {allow_anonymous: false, password_file: %s, acl_file: %s}
 		out = run(mosq("mosquitto_sub", "bob", "-t", "deep/1/2/3/4/5/6/7", "-E", "-d"))
 		if strings.Contains(out, "denied") || !strings.Contains(out, "SUBACK") {
 			t.Fatalf("an 8-level filter under max_topic_levels 8: %q", out)
+		}
+	})
+
+	t.Run("limits.max_subscriptions", func(t *testing.T) {
+		out := run(mosq("mosquitto_sub", "bob", "-t", "bob/1", "-t", "bob/2", "-t", "bob/3", "-E", "-d"))
+		if !strings.Contains(out, "Subscribed (mid: 1): 0, 0, 128") {
+			t.Fatalf("3 filters under max_subscriptions 2: %q", out)
 		}
 	})
 }

@@ -158,6 +158,8 @@ type Limits struct {
 	// tree nodes); over either, it is refused (docs/security.md).
 	MaxTopicLevels int `mapstructure:"max_topic_levels"`
 	MaxTopicLength int `mapstructure:"max_topic_length"`
+	// MaxSubscriptions bounds the subscriptions one session holds.
+	MaxSubscriptions int `mapstructure:"max_subscriptions"`
 }
 
 // DerivedMemoryLimit is the memory limit used when MemoryLimit is 0: twice
@@ -297,6 +299,7 @@ func Default() Config {
 			GCPercent:         DefaultGCPercent,
 			MaxTopicLevels:    64,
 			MaxTopicLength:    1024,
+			MaxSubscriptions:  500,
 		},
 		Sessions:    Sessions{MaxExpiry: 24 * time.Hour},
 		Auth:        Auth{AllowAnonymous: true},

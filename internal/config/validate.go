@@ -212,6 +212,9 @@ func (c Config) validateLimits(es *Errors) {
 	if l.MaxTopicLength < 1 || l.MaxTopicLength > maxTopicLen {
 		es.add("limits.max_topic_length", "must be in 1..%d bytes (got %d)", maxTopicLen, l.MaxTopicLength)
 	}
+	if l.MaxSubscriptions < 1 {
+		es.add("limits.max_subscriptions", "must be >= 1 (got %d)", l.MaxSubscriptions)
+	}
 	if l.MaxQueuedMessages < 1 {
 		es.add("limits.max_queued_messages", "must be >= 1 (got %d)", l.MaxQueuedMessages)
 	}
