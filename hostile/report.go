@@ -163,7 +163,8 @@ func targets(results []Result) []target {
 	m, ok2 := find(results, "wrong-password", "mosquitto")
 	if ok1 && ok2 {
 		wp.Known, wp.Met = true, e.Ratio() <= m.Ratio()
-		wp.Value = fmt.Sprintf("edgegw %.1fx, mosquitto %.1fx", e.Ratio(), m.Ratio())
+		wp.Value = fmt.Sprintf("edgegw %.1fx (%s → %s ms), mosquitto %.1fx (%s → %s ms)",
+			e.Ratio(), ms(e.P99BeforeUs), ms(e.P99DuringUs), m.Ratio(), ms(m.P99BeforeUs), ms(m.P99DuringUs))
 	}
 	ts = append(ts, wp)
 
