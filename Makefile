@@ -12,7 +12,9 @@ PKG      := ./...
 
 .PHONY: all build test go-test test-deps vet fmt-check fuzz
 
-# Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb).
+# Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb),
+# mk/soak.mk (make soak), mk/hostile.mk (make hostile: attacks side by side
+# with mosquitto; not part of make test).
 -include mk/*.mk
 
 all: build
