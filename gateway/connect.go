@@ -486,7 +486,8 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			}
 			continue
 		}
-		if !c.sess.roomFor(rs.Filter, o.MaxSubscriptions) {
+		room, exists := c.sess.roomFor(rs.Filter, o.MaxSubscriptions)
+		if !room || (!exists && !c.srv.subscriptionFits(rs.Filter)) {
 			c.srv.stats.deny(deniedSubscriptionLimit)
 			codes[i] = packet.QuotaExceeded
 			if c.version != packet.V5 {
@@ -563,8 +564,11 @@ func (s *session) subscribe(c *client, filter, inner string, sub subscription) (
 		return false, 0, false
 	}
 	existed = s.subs.set(filter, sub.group)
-	if !existed && isSys(filter) {
-		s.srv.sysSubs.Add(1)
+	if !existed {
+		s.srv.subBytes.Add(subCost(filter))
+		if isSys(filter) {
+			s.srv.sysSubs.Add(1)
+		}
 	}
 	s.srv.subs.Add(inner, treeKey(s.id, sub.group), sub) // [MQTT-3.8.4-3] replaces
 	return existed, s.persistSub(filter, sub), true
@@ -578,6 +582,7 @@ func (s *session) unsubscribe(c *client, filter string) (found, owner bool) {
 	}
 	group, found := s.subs.remove(filter)
 	if found {
+		s.srv.subBytes.Add(-subCost(filter))
 		if isSys(filter) {
 			s.srv.sysSubs.Add(-1)
 		}

@@ -106,6 +106,7 @@ func (s *Server) restoreSession(ss *store.Session, expiry time.Duration, now tim
 		sub := subscription{sess: sess, qos: sb.QoS, noLocal: sb.NoLocal, rap: sb.RetainAsPublished,
 			rh: sb.RetainHandling, subID: sb.SubID, group: group}
 		sess.subs.set(sb.Filter, group)
+		s.subBytes.Add(subCost(sb.Filter))
 		if isSys(sb.Filter) {
 			s.sysSubs.Add(1)
 		}

@@ -131,6 +131,7 @@ type Server struct {
 	shareRR map[string]uint32 // round-robin position per shared group+filter
 
 	queuedBytes atomic.Int64 // all queued payload bytes (memory budget)
+	subBytes    atomic.Int64 // estimated topic tree memory of all subscriptions (memory budget; limits.go)
 	conns       atomic.Int64 // open network connections
 	sysSubs     atomic.Int64 // subscriptions whose filter starts with $SYS
 	stats       counters

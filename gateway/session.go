@@ -135,7 +135,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	for {
 		reason := dropReason(-1)
 		switch {
-		case s.srv.queuedBytes.Load()+sz > o.MemoryBudget:
+		case s.srv.queuedBytes.Load()+s.srv.subBytes.Load()+sz > o.MemoryBudget:
 			reason = dropMemoryBudget
 		case flow:
 			// Per-session limits are soft under flow control.
@@ -633,6 +633,7 @@ func (s *session) release() []*keep {
 	s.needResend = false
 	clear(s.inboundQoS2)
 	for _, it := range s.subs.items {
+		s.srv.subBytes.Add(-subCost(it.filter))
 		if isSys(it.filter) {
 			s.srv.sysSubs.Add(-1)
 		}

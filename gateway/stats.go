@@ -60,6 +60,7 @@ type Stats struct {
 	SessionsDisconnected int
 	QueuedMessages       int64
 	QueuedBytes          int64 // includes in-flight payloads
+	SubscriptionBytes    int64 // estimated topic tree memory of all subscriptions (counted in the memory budget)
 	Inflight             int64
 	Retained             int
 	Subscriptions        int
@@ -81,22 +82,23 @@ type Stats struct {
 // scrape rate, not per message.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		Uptime:           time.Since(s.started),
-		Connections:      s.conns.Load(),
-		QueuedBytes:      s.queuedBytes.Load(),
-		Retained:         s.retained.Len(),
-		Subscriptions:    s.subs.Len(),
-		MessagesReceived: s.stats.received.Load(),
-		MessagesSent:     s.stats.sent.Load(),
-		Takeovers:        s.stats.takeovers.Load(),
-		Expired:          s.stats.expired.Load(),
-		Refused:          s.stats.refused.Load(),
-		SlowConsumers:    s.stats.slowConsumers.Load(),
-		AuthFailures:     s.stats.authFailures.Load(),
-		NotStored:        s.stats.notStored.Load(),
-		Drops:            make(map[string]int64, numDropReasons),
-		Closes:           make(map[string]int64, numCloseReasons),
-		Denied:           make(map[string]int64, numDenials),
+		Uptime:            time.Since(s.started),
+		Connections:       s.conns.Load(),
+		QueuedBytes:       s.queuedBytes.Load(),
+		SubscriptionBytes: s.subBytes.Load(),
+		Retained:          s.retained.Len(),
+		Subscriptions:     s.subs.Len(),
+		MessagesReceived:  s.stats.received.Load(),
+		MessagesSent:      s.stats.sent.Load(),
+		Takeovers:         s.stats.takeovers.Load(),
+		Expired:           s.stats.expired.Load(),
+		Refused:           s.stats.refused.Load(),
+		SlowConsumers:     s.stats.slowConsumers.Load(),
+		AuthFailures:      s.stats.authFailures.Load(),
+		NotStored:         s.stats.notStored.Load(),
+		Drops:             make(map[string]int64, numDropReasons),
+		Closes:            make(map[string]int64, numCloseReasons),
+		Denied:            make(map[string]int64, numDenials),
 	}
 	for r := dropReason(0); r < numDropReasons; r++ {
 		st.Drops[r.String()] = s.stats.drops[r].Load()

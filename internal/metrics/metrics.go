@@ -78,6 +78,8 @@ func collect(w *expo, src Sources) {
 			v(float64(st.QueuedMessages))
 		w.gauge("edgegw_queued_bytes", "Payload bytes held by session queues and in-flight windows.").
 			v(float64(st.QueuedBytes))
+		w.gauge("edgegw_subscription_bytes", "Estimated topic tree memory of all subscriptions, counted in the memory budget.").
+			v(float64(st.SubscriptionBytes))
 		w.gauge("edgegw_inflight_messages", "Outgoing QoS 1/2 messages awaiting acknowledgement.").
 			v(float64(st.Inflight))
 		w.gauge("edgegw_retained_messages", "Retained messages.").
