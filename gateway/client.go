@@ -40,6 +40,7 @@ type client struct {
 	listener string
 	certCN   string
 	done     <-chan struct{} // the serving context's: closed when the server stops
+	since    time.Time       // when the network connection was handed to the broker (status page)
 
 	// Set by the reader while handling CONNECT, read-only afterwards (the
 	// writer is first started after that).
@@ -99,6 +100,7 @@ func newClient(s *Server, conn net.Conn, listener, certCN string) *client {
 		conn:     conn,
 		listener: listener,
 		certCN:   certCN,
+		since:    time.Now(),
 	}
 	c.cr.conn = conn
 	if sc, ok := conn.(syscall.Conn); ok {

@@ -46,6 +46,7 @@ type Serial struct {
 	cur     *framing.Conn // framed conn of the open port, if any
 	skipped atomic.Uint64 // non-CONNECT frames dropped between connections
 	logical atomic.Uint64 // logical connections served
+	opened  atomic.Int64  // unix nanos of the device's last successful open; 0 = never
 }
 
 // SerialStats is what metrics show of a serial listener.
@@ -56,8 +57,9 @@ type SerialStats struct {
 	Lost     uint64
 	Reopens  uint64 // raw framing: reopened between logical connections
 	Frames   framing.Stats
-	Skipped  uint64 // frames dropped while waiting for CONNECT
-	Logical  uint64 // logical MQTT connections served
+	Skipped  uint64    // frames dropped while waiting for CONNECT
+	Logical  uint64    // logical MQTT connections served
+	LastOpen time.Time // the device's last successful open (a reconnect after the first); zero = never
 }
 
 // Listen prepares the link. A missing device is not an error: the link
@@ -84,6 +86,9 @@ func (s *Serial) Close() error { return nil }
 // Stats returns the link and frame counters.
 func (s *Serial) Stats() SerialStats {
 	st := SerialStats{Skipped: s.skipped.Load(), Logical: s.logical.Load(), State: "stopped"}
+	if n := s.opened.Load(); n != 0 {
+		st.LastOpen = time.Unix(0, n)
+	}
 	if s.link != nil {
 		ls := s.link.Stats()
 		st.State = s.link.State().String()
@@ -113,6 +118,7 @@ func (s *Serial) Serve(ctx context.Context, establish EstablishFunc) error {
 	}
 	s.Log.Info("serial listener started", "device", s.Device, "framing", s.Framing.String())
 	return s.link.Run(ctx, func(ctx context.Context, port io.ReadWriteCloser) error {
+		s.opened.Store(time.Now().UnixNano())
 		fc := framing.NewConn(port, framing.Config{
 			Mode: s.Framing, MaxFrame: s.MaxFrame, Name: s.Device,
 			SplitOnConnect: s.Framing == framing.ModeCOBSCRC16,

@@ -27,6 +27,7 @@ import (
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/internal/config"
 	"github.com/edgegw/edgegw/internal/metrics"
+	"github.com/edgegw/edgegw/internal/status"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -169,8 +170,10 @@ func runGateway(ctx context.Context, p runParams) error {
 	}
 
 	var ms *metrics.Server
+	var page *status.Handler
 	if cfg.Metrics.Address != "" {
-		ms = &metrics.Server{Address: cfg.Metrics.Address, Log: log, Sources: metrics.Sources{
+		page = newStatusPage(cfg, gw, bridges, serials, files)
+		ms = &metrics.Server{Address: cfg.Metrics.Address, Log: log, Pages: page, Sources: metrics.Sources{
 			Gateway: gw.Stats,
 			Bridges: func() []metrics.BridgeStatus { return bridgeStatuses(bridges) },
 			Links:   func() []metrics.LinkStatus { return linkStatuses(serials) },
@@ -192,6 +195,7 @@ func runGateway(ctx context.Context, p runParams) error {
 	}
 	if ms != nil {
 		g.Go(func() error { return ms.Serve(ctx) })
+		g.Go(func() error { return page.History.Run(ctx) })
 	}
 	sv := supervisor{
 		log:   log,

@@ -236,6 +236,9 @@ type Server struct {
 	Address string
 	Sources Sources
 	Log     *slog.Logger
+	// Pages serves every path other than /metrics and /healthz (the
+	// status page, internal/status) on the same address; nil: 404.
+	Pages http.Handler
 
 	ln net.Listener
 }
@@ -264,7 +267,15 @@ func (s *Server) Serve(ctx context.Context) error {
 			return err
 		}
 	}
-	hs := &http.Server{Handler: Handler(s.Sources), ReadHeaderTimeout: 5 * time.Second}
+	h := Handler(s.Sources)
+	if s.Pages != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", h)
+		mux.Handle("/healthz", h)
+		mux.Handle("/", s.Pages)
+		h = mux
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	stop := context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -1,0 +1,12 @@
+package bridge
+
+// Addresses returns the upstream addresses in the order they are tried,
+// with any user:password in them redacted (url.URL.Redacted), for the
+// status page. The default port of the scheme is filled in.
+func (b *Bridge) Addresses() []string {
+	out := make([]string, 0, len(b.c.addrs))
+	for _, u := range b.c.addrs {
+		out = append(out, u.Redacted())
+	}
+	return out
+}
