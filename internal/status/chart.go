@@ -46,7 +46,14 @@ func writeChart(w io.Writer, title string, ps []point, now time.Time, span time.
 	for _, f := range []float64{0, 0.5, 1} {
 		fmt.Fprintf(w, `<text x="%d" y="%.1f" text-anchor="end" fill="#555">%s</text>`, padL-4, y(top*f)+4, shortNum(top*f))
 	}
-	for m := 0; m <= int(span/time.Minute); m += 15 {
+	step := 1
+	for _, st := range []int{1, 2, 5, 10, 15, 30} {
+		step = st
+		if int(span/time.Minute)/st <= 5 {
+			break
+		}
+	}
+	for m := 0; m <= int(span/time.Minute); m += step {
 		xx := x(now.Add(-time.Duration(m) * time.Minute))
 		fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle" fill="#555">-%dm</text>`, xx, chartH-5, m)
 	}

@@ -105,7 +105,17 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	w.Write(buf.Bytes())
 }
 
-// span is how much time the charts show: the history's length.
+// chartSpan is the time a chart shows: what the history holds, at least
+// 5 minutes (a fresh start is not squeezed into the right edge), at most
+// the history's length.
+func chartSpan(full time.Duration, ps []point, now time.Time) time.Duration {
+	if len(ps) == 0 {
+		return full
+	}
+	return min(full, max(now.Sub(ps[0].t), 5*time.Minute))
+}
+
+// span is the history's length: how far back the charts can go.
 func (h *Handler) span() time.Duration {
 	if h.History == nil {
 		return time.Hour
@@ -135,7 +145,8 @@ func (h *Handler) serveChart(w http.ResponseWriter, r *http.Request) {
 	if kind == "backlog" {
 		lines, title = backlogLines, "backlog in messages, bridge "+name
 	}
-	writeChart(w, title, h.History.series(name), time.Now(), h.span(), lines)
+	ps, now := h.History.series(name), time.Now()
+	writeChart(w, title, ps, now, chartSpan(h.span(), ps, now), lines)
 }
 
 // BasicAuth returns an Auth function that accepts exactly user and
