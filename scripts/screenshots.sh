@@ -13,7 +13,7 @@ OUT=${OUT:-docs}
 UP_FOR=${UP_FOR:-60}     # seconds of traffic before the outage
 DOWN_FOR=${DOWN_FOR:-60} # seconds of outage
 AFTER=${AFTER:-40}       # seconds after the uplink is back
-SIZE=${SIZE:-412,1900}   # a phone's CSS width
+SIZE=${SIZE:-412,2700}   # a phone's CSS width
 
 T=$(mktemp -d)
 pids=""
@@ -50,6 +50,19 @@ shot() { # name
 }
 
 LDFLAGS="-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev) -X main.commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# The live refresh in a real browser: the page's script must have fetched
+# status.json and updated the page (it clears the class of #fresh only
+# then) within 12 s of virtual time.
+check_refresh() {
+	chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
+		--disable-component-update --disable-sync --user-data-dir="$T/chrome-dom" \
+		--virtual-time-budget=12000 --dump-dom "http://127.0.0.1:$WEB/" 2>"$T/chromium.log" >"$T/dom.html" ||
+		{ cat "$T/chromium.log" >&2; exit 1; }
+	grep -q 'id="fresh" class=""' "$T/dom.html" ||
+		{ echo "live refresh: the page did not update itself from status.json" >&2; exit 1; }
+	echo "live refresh: the page updated itself from status.json"
+}
+
 $GO build -ldflags "$LDFLAGS" -o "$T/edgegw" ./cmd/edgegw
 $GO build -o "$T/edgegw-sensor" ./cmd/edgegw-sensor
 LAN=$(freeport); CLOUD=$(freeport); WEB=$(freeport)
@@ -98,7 +111,7 @@ pids="$pids $!"
 pids="$pids $!"
 
 sleep "$UP_FOR"
-echo "uplink up:"; facts; shot up
+echo "uplink up:"; facts; shot up; check_refresh
 kill "$CLOUD_PID"; wait "$CLOUD_PID" 2>/dev/null || true
 sleep "$DOWN_FOR"
 echo "uplink down for ${DOWN_FOR}s:"; facts; shot outage

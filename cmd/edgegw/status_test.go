@@ -42,7 +42,7 @@ func TestStatusPageAuth(t *testing.T) {
 	cfg := config.Default()
 	cfg.Auth.PasswordFile = pw
 
-	cfg.Metrics.Address = "0.0.0.0:9100" // exposed
+	cfg.Metrics.Address = "0.0.0.0:18830" // exposed
 	for _, path := range []string{"/", "/status.json"} {
 		if c := get(cfg, files, path, "", ""); c != http.StatusUnauthorized {
 			t.Errorf("exposed %s without credentials: %d, want 401", path, c)
@@ -54,13 +54,13 @@ func TestStatusPageAuth(t *testing.T) {
 			t.Errorf("exposed %s with the password: %d, want 200", path, c)
 		}
 	}
-	for _, addr := range []string{"127.0.0.1:9100", "[::1]:9100", "localhost:9100"} {
+	for _, addr := range []string{"127.0.0.1:18830", "[::1]:18830", "localhost:18830"} {
 		cfg.Metrics.Address = addr
 		if c := get(cfg, files, "/", "", ""); c != http.StatusOK {
 			t.Errorf("%s (loopback) without credentials: %d, want 200", addr, c)
 		}
 	}
-	cfg.Metrics.Address, cfg.Auth.PasswordFile = "0.0.0.0:9100", ""
+	cfg.Metrics.Address, cfg.Auth.PasswordFile = "0.0.0.0:18830", ""
 	if c := get(cfg, nil, "/", "", ""); c != http.StatusOK {
 		t.Errorf("exposed without a password file: %d, want 200 (nothing to check against)", c)
 	}
