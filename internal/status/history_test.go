@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/goleak"
 
@@ -136,5 +137,13 @@ func TestExplain(t *testing.T) {
 		if got := explain(err); !strings.Contains(got, want) || (want == "" && got != "") {
 			t.Errorf("explain(%q) = %q, want it to say %q", err, got, want)
 		}
+	}
+}
+
+// TestSampleSize holds docs/status-page.md's "360 samples of 56 bytes per
+// bridge (about 20 KiB)".
+func TestSampleSize(t *testing.T) {
+	if n := unsafe.Sizeof(sample{}); n != 56 || DefaultSamples*n > 20<<10 {
+		t.Fatalf("a sample is %d bytes, %d per bridge; docs/status-page.md says 56 and about 20 KiB", n, DefaultSamples*n)
 	}
 }
