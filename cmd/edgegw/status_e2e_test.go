@@ -151,6 +151,7 @@ bridges:
 // statusDoc is the part of status.json the tests wait on.
 type statusDoc struct {
 	Broker struct {
+		Connections   int `json:"connections"`
 		Subscriptions int `json:"subscriptions"`
 		MessagesSent  int `json:"messages_sent"`
 	} `json:"broker"`
@@ -327,7 +328,8 @@ func TestBinaryStatusPage(t *testing.T) {
 	body := e.waitJSON("4 messages bridged and delivered", func(d statusDoc) bool {
 		return d.Bridges[0].Acked == 4 && d.Broker.MessagesSent == 4 && len(d.SerialLinks) == 1 &&
 			d.SerialLinks[0].FramesGood == 2 && d.SerialLinks[0].FramesBad["crc"] == 1 &&
-			strings.Join(clientIDs(d, "lan"), ",") == "watcher" && d.Bridges[0].BacklogMessages == 0
+			strings.Join(clientIDs(d, "lan"), ",") == "watcher" && d.Broker.Connections == 2 &&
+			d.Bridges[0].BacklogMessages == 0
 	})
 
 	golden := filepath.Join("testdata", "status.golden.json")
