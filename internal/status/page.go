@@ -1,32 +1,23 @@
 package status
 
 import (
-	"bytes"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"net/http"
 	"time"
 )
 
-//go:embed assets/page.html assets/style.css assets/refresh.js
+//go:embed assets/style.css assets/refresh.js
 var assets embed.FS
 
-// page is parsed once; the CSS and the script are inlined, so the page is
-// one request and needs nothing from the internet.
-var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"bytes":  formatBytes,
-	"ago":    func(now, t time.Time) string { return formatDuration(now.Sub(t)) },
-	"clock":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
-	"rate":   func(v *float64) string { return formatRate(v) },
-	"pct":    func(a, b int64) string { return formatPct(a, b) },
-	"css":    func() template.CSS { b, _ := assets.ReadFile("assets/style.css"); return template.CSS(b) },
-	"js":     func() template.JS { b, _ := assets.ReadFile("assets/refresh.js"); return template.JS(b) },
-	"upsecs": func(s int64) string { return formatDuration(time.Duration(s) * time.Second) },
-	"eta":    formatETA,
-}).ParseFS(assets, "assets/page.html"))
+// The page's CSS and script, inlined into it: the page is one request and
+// needs nothing from the internet.
+var (
+	styleCSS, _  = assets.ReadFile("assets/style.css")
+	refreshJS, _ = assets.ReadFile("assets/refresh.js")
+)
 
 // Handler serves the status page (GET /), its data (GET /status.json) and
 // its charts (GET /chart.svg?bridge=NAME&kind=rate|backlog). Everything
@@ -91,18 +82,14 @@ type pageData struct {
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	d := pageData{Snapshot: h.snapshot(), Now: time.Now(), Span: formatDuration(h.span())}
-	var buf bytes.Buffer
-	if err := page.Execute(&buf, d); err != nil {
-		http.Error(w, fmt.Sprintf("status: %v", err), http.StatusInternalServerError)
-		return
-	}
+	body := renderPage(d, styleCSS, refreshJS)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	// Inline style and script only; data from this origin; no framing.
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'")
 	if r.Method == http.MethodHead {
 		return
 	}
-	w.Write(buf.Bytes())
+	w.Write(body)
 }
 
 // chartSpan is the time a chart shows: what the history holds, at least
