@@ -1,6 +1,9 @@
 // Live refresh: poll status.json, update the numbers in place, reload the
-// charts; reload the whole page when what is listed changed (a client came
-// or went). Fields are named by data-k paths into status.json.
+// charts. When what is listed changed (a client came or went) the rows of
+// the listeners are no longer updated (their positions moved) and the
+// whole page is reloaded, at most every 30 s (sensors that connect for
+// each reading would otherwise reload it on every poll). Fields are named
+// by data-k paths into status.json.
 (function () {
   "use strict";
   var every = 5000, charts = 0;
@@ -39,15 +42,20 @@
     d.listeners.forEach(function (l) { l.clients.forEach(function (c) { s.push(l.name + "/" + c.client_id); }); });
     return s.join("|");
   }
-  var first = null;
+  var first = null, loaded = Date.now();
   function apply(d) {
-    var sh = shape(d);
+    var sh = shape(d), moved = false;
     if (first === null) first = sh;
-    else if (sh !== first) { location.reload(); return; }
+    else if (sh !== first) {
+      if (Date.now() - loaded > 30000) { location.reload(); return; }
+      moved = true;
+    }
     document.querySelectorAll("[data-k]").forEach(function (el) {
-      var v = get(d, el.getAttribute("data-k")), f = el.getAttribute("data-f");
+      var key = el.getAttribute("data-k");
+      if (moved && key.indexOf("listeners.") === 0) return;
+      var v = get(d, key), f = el.getAttribute("data-f");
       if (f === "banner") {
-        var b = d.bridges[+el.getAttribute("data-k").split(".")[1]];
+        var b = d.bridges[+key.split(".")[1]];
         el.className = "banner " + b.state;
         el.textContent = "Uplink " + b.name + ": " + (b.state === "connected" ? "connected" : "DISCONNECTED for " + since(b.since, d.generated_at));
         return;
