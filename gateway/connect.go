@@ -83,16 +83,17 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 			return c.refuse(packet.ServerBusy, "too many failed logins from "+host)
 		}
 		if wait > 0 && !c.sleep(wait) {
+			c.srv.tarpit.abandoned(host)
 			c.setReason(CloseShutdown)
 			return errClosed
 		}
 		if err := o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN); err != nil {
-			c.srv.tarpit.failed(host, time.Now())
+			c.srv.tarpit.failed(host, c.username, time.Now())
 			c.srv.stats.authFailures.Add(1)
 			c.logf(slog.LevelInfo, "authentication failed", "user", c.username, "err", err)
 			return c.refuse(packet.BadUsernameOrPassword, err.Error())
 		}
-		c.srv.tarpit.succeeded(host)
+		c.srv.tarpit.succeeded(host, c.username)
 	}
 
 	// Session expiry.
@@ -135,7 +136,7 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	if c.version == packet.V5 {
 		if cp.Props.Has(packet.PropReceiveMaximum) {
 			if cp.Props.ReceiveMaximum == 0 {
-				return c.refuse(packet.ProtocolError, "receive maximum 0") // [MQTT-3.1.2-?] v5 3.1.2.11.3
+				return c.refuse(packet.ProtocolError, "receive maximum 0") // v5 3.1.2.11.3: a value of 0 is a protocol error
 			}
 			c.window = min(c.window, int(cp.Props.ReceiveMaximum))
 		}
@@ -219,6 +220,11 @@ func (c *client) handlePublish(p *packet.Publish) error {
 	if p.QoS > 0 && c.in.max > 0 && int(c.in.open.Load()) >= c.in.max && !(p.QoS == 2 && c.sess.hasInboundQoS2(p.PacketID)) {
 		return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d unacknowledged QoS 1/2 publishes", c.in.max) // [MQTT-3.3.4-9]
 	}
+	if p.QoS > 0 && c.in.max > 0 {
+		// Opened before any answer can close it: a refused publish (topic
+		// limits, $SYS, ACL) is acked too, and that ack closes this flow.
+		c.in.open.Add(1)
+	}
 	if p.Topic != "" && !o.topicFits(p.Topic) {
 		// Before a topic alias can keep it. v5: PUBACK/PUBREC 0x90;
 		// 3.1.1: acknowledged and dropped, as a denied publish.
@@ -279,17 +285,16 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		return nil
 	}
 	c.pa = pendingAck{c: c, qos: p.QoS, id: p.PacketID, topic: p.Topic}
-	if p.QoS == 1 {
-		c.in.open.Add(1)
-	}
 	if p.QoS == 2 {
 		st, e := c.sess.receiveQoS2(c, p.PacketID)
 		switch st {
 		case qos2NotOwner:
-			return errClosed
+			return c.lostSession() // no PUBREC: the client sends it again on its new connection
 		case qos2Kept:
 			// A duplicate: acknowledged again, never delivered twice
 			// [MQTT-4.3.3-9]; behind any acks still waiting, to keep order.
+			// Its flow was counted when it first came.
+			c.in.done()
 			if c.slotsPending() {
 				c.slotDone(c.addSlot(p), nil)
 				return nil
@@ -298,11 +303,11 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		case qos2Pending:
 			// A resend while the original's sinks have not decided: the
 			// ack waits for the same verdict (principle 4).
+			c.in.done() // counted with the original
 			c.sess.waitQoS2(p.PacketID, e, c.pa.deferAck())
 			return nil
 		}
-		c.pa.q2 = e
-		c.in.open.Add(1) // a new flow, open until its PUBCOMP
+		c.pa.q2 = e // a new flow, open until its PUBCOMP
 	}
 	// The ack may have to wait: for a sink (a bridge's spool) to keep the
 	// message, or for a congested subscriber to drain (flow control). Then
@@ -500,7 +505,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			rh: rs.RetainHandling, subID: subID, group: group}
 		existed, pos, ok := c.sess.subscribe(c, rs.Filter, inner, sub)
 		if !ok {
-			return errClosed
+			return c.lostSession()
 		}
 		statePos = max(statePos, pos)
 		codes[i] = packet.ReasonCode(qos)
@@ -514,7 +519,19 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 		// A SUBACK is a promise too; the wait (at most one sync window)
 		// holds only this reader, with no lock held.
 		if err := c.srv.state.Wait(statePos); err != nil {
-			c.logf(slog.LevelWarn, "subscription not stored", "err", err)
+			// Not granted: what this SUBSCRIBE added is taken back, so
+			// the client is not told of a subscription a restart loses.
+			c.logf(slog.LevelWarn, "subscription not stored; refused", "err", err)
+			for i, rs := range p.Subscriptions {
+				if codes[i] < 0x80 {
+					c.sess.unsubscribe(c, rs.Filter)
+					codes[i] = packet.ImplementationSpecificError
+					if c.version != packet.V5 {
+						codes[i] = packet.V3SubackFailure
+					}
+				}
+			}
+			sends = nil
 		}
 	}
 	c.sendCtrl(&packet.Suback{PacketID: p.PacketID, ReasonCodes: codes})
@@ -541,7 +558,7 @@ func (c *client) handleUnsubscribe(p *packet.Unsubscribe) error {
 	for i, f := range p.Filters {
 		found, ok := c.sess.unsubscribe(c, f)
 		if !ok {
-			return errClosed
+			return c.lostSession()
 		}
 		if !found {
 			codes[i] = packet.NoSubscriptionExisted
@@ -600,3 +617,12 @@ func (s *Server) publishWill(w *Message) {
 }
 
 func isSys(filter string) bool { return strings.HasPrefix(filter, "$SYS") }
+
+// lostSession is a packet that needs the session, read after another
+// connection took it: only a takeover moves a session away from a live
+// connection, and the takeover closes this one (after shutting its read
+// side, on TCP: drainForTakeover). Until then the packet is dropped
+// unanswered (the client repeats it on its new connection) and reading goes
+// on, so a DISCONNECT behind it is still seen and the will not published.
+// The takeover may not have reached drainForTakeover yet when this runs.
+func (c *client) lostSession() error { return nil }

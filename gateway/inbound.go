@@ -13,7 +13,7 @@ import (
 // with an error code. The client only learns of an ack after it is queued,
 // so this count never exceeds the client's own: a client that keeps to the
 // window is never cut. Flows opened on an earlier connection are not
-// counted (their PUBREL may close nothing here), which can only make the
+// counted (their PUBREL closes one of this connection's), which can only make the
 // check more lenient, never stricter.
 type inboundFlows struct {
 	max  int          // the Receive Maximum announced; 0 = not checked (3.1/3.1.1)

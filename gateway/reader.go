@@ -191,7 +191,10 @@ func (c *client) handle(pk packet.Packet) error {
 		}
 		return c.acked(v, "PUBREC", p.PacketID)
 	case *packet.Pubrel:
-		found, pos := c.sess.forgetQoS2(c, p.PacketID)
+		found, pos, owner := c.sess.forgetQoS2(c, p.PacketID)
+		if !owner {
+			return c.lostSession() // no PUBCOMP: the session may still hold the id
+		}
 		code := packet.Success
 		if !found && c.version == packet.V5 {
 			code = packet.PacketIDNotFound

@@ -111,8 +111,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 // detach is called when c's network connection has ended. If c still owns
 // the session, the session either expires later (persistent) or is
 // destroyed now. will is the connection's will to publish, nil if none;
-// detach schedules it per the will delay. It reports whether c still owned
-// the session.
+// detach schedules it per the will delay.
 func (r *registry) detach(c *client, s *session, will *Message, willDelay time.Duration) {
 	r.mu.Lock()
 	s.mu.Lock()

@@ -599,18 +599,18 @@ func (s *session) hasInboundQoS2(id uint16) bool {
 
 // forgetQoS2 removes an inbound QoS 2 id on PUBREL. pos is the state
 // record of the removal, which the PUBCOMP waits for (0: none).
-func (s *session) forgetQoS2(c *client, id uint16) (found bool, pos uint64) {
+func (s *session) forgetQoS2(c *client, id uint16) (found bool, pos uint64, owner bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c {
-		return false, 0
+		return false, 0, false
 	}
 	_, found = s.inboundQoS2[id]
 	delete(s.inboundQoS2, id)
 	if found {
 		pos = s.persistInQoS2(id, false)
 	}
-	return found, pos
+	return found, pos, true
 }
 
 // release frees everything the session holds. Caller holds s.mu; the

@@ -6,43 +6,52 @@ import (
 	"time"
 )
 
-// TestTarpitSchedule drives the tarpit's clock: no wait before the first
-// failure; after n failures the next attempt waits the penalty, attempts
-// in parallel are spaced one penalty apart, a queue longer than
-// tarpitQueueMax is answered "busy", a success or a long silence forgets.
+// TestTarpitSchedule drives the tarpit's clock: a lone first attempt
+// waits nothing; after n failures the next attempt waits the penalty;
+// attempts in parallel are spaced one penalty apart; a queue longer than
+// tarpitQueueMax is answered "busy"; a success clears its own user's
+// failures; a long silence forgets the host.
 func TestTarpitSchedule(t *testing.T) {
 	var tp tarpit
 	t0 := time.Unix(1_000_000, 0)
-	if w, busy := tp.admit("10.0.0.9", t0); w != 0 || busy {
+	const h = "10.0.0.9"
+	if w, busy := tp.admit(h, t0); w != 0 || busy {
 		t.Fatalf("first attempt waits %v busy %v", w, busy)
 	}
-	tp.failed("10.0.0.9", t0)
-	tp.failed("10.0.0.9", t0)
-	tp.failed("10.0.0.9", t0) // penalty now 400 ms
-	w1, _ := tp.admit("10.0.0.9", t0)
-	w2, _ := tp.admit("10.0.0.9", t0)
+	tp.failed(h, "alice", t0)
+	for range 2 {
+		tp.admit(h, t0)
+		tp.failed(h, "alice", t0)
+	}
+	// 3 failures: penalty 400 ms; the host's next slot is already set by
+	// the last failure (t0 + 400 ms).
+	w1, _ := tp.admit(h, t0)
+	w2, _ := tp.admit(h, t0)
 	if w1 != 400*time.Millisecond || w2 != 800*time.Millisecond {
 		t.Fatalf("parallel attempts wait %v and %v, want 400ms and 800ms", w1, w2)
 	}
+	tp.abandoned(h)
+	tp.abandoned(h)
 	if w, _ := tp.admit("10.0.0.10", t0); w != 0 {
 		t.Fatalf("another host waits %v", w)
 	}
 	for range 20 {
-		tp.failed("10.0.0.9", t0)
+		tp.failed(h, "alice", t0)
 	}
 	busy := false
 	for i := 0; i < 10 && !busy; i++ {
-		_, busy = tp.admit("10.0.0.9", t0)
+		_, busy = tp.admit(h, t0)
 	}
 	if !busy {
 		t.Fatalf("a queue past %v is not answered busy", tarpitQueueMax)
 	}
-	tp.succeeded("10.0.0.9")
-	if w, busy := tp.admit("10.0.0.9", t0); w != 0 || busy {
-		t.Fatalf("after a success: wait %v busy %v", w, busy)
+	tp.succeeded(h, "alice")
+	later := t0.Add(time.Hour)
+	if w, busy := tp.admit(h, later); w != 0 || busy {
+		t.Fatalf("after alice's success: wait %v busy %v", w, busy)
 	}
-	tp.failed("10.0.0.9", t0)
-	if w, _ := tp.admit("10.0.0.9", t0.Add(tarpitForget+time.Second)); w != 0 {
+	tp.failed(h, "bob", later)
+	if w, _ := tp.admit(h, later.Add(tarpitForget+time.Second)); w != 0 {
 		t.Fatalf("after %v of silence: wait %v", tarpitForget, w)
 	}
 }
@@ -53,7 +62,7 @@ func TestTarpitBounded(t *testing.T) {
 	var tp tarpit
 	t0 := time.Unix(1_000_000, 0)
 	for i := range 3 * tarpitHostsMax {
-		tp.failed(fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), t0)
+		tp.failed(fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), "u", t0)
 	}
 	if n := len(tp.hosts); n > tarpitHostsMax {
 		t.Fatalf("%d hosts kept, want at most %d", n, tarpitHostsMax)

@@ -69,6 +69,7 @@ func (s *Store) flush(final bool) {
 	limit := max(s.opts.CompactMin, int64(s.opts.CompactRatio)*s.md.live)
 	size := s.fileSize + int64(len(buf))
 	var snap []byte
+	behind := s.dirty // the file lacks records an earlier failed write dropped
 	if s.failed == nil && (s.dirty || size > limit || (final && size > s.md.live+headerSize)) {
 		snap = s.md.snapshot() // covers buf: the model has every appended record
 	}
@@ -77,7 +78,11 @@ func (s *Store) flush(final bool) {
 	var err error
 	switch {
 	case snap != nil:
-		if err = s.compact(snap); err != nil {
+		if err = s.compact(snap); err != nil && behind {
+			// Appending buf would put later records in the file without
+			// the dropped ones: nothing up to upTo is kept.
+			s.log.Error("state compaction failed; the file still lacks earlier records", "err", err)
+		} else if err != nil {
 			s.log.Error("state compaction failed; appending instead", "err", err)
 			err = s.write(buf, final)
 		} else {
