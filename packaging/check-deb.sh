@@ -101,6 +101,9 @@ systemd-tmpfiles --root="$root" --create edgegw.conf || fail "systemd-tmpfiles"
 # The binary runs, and accepts the shipped config.
 if [ "$arch" = "$(dpkg --print-architecture)" ]; then
 	"$root/usr/bin/edgegw" version
+	# The serial sensor simulator ships as a subcommand (docs/listeners.md).
+	"$root/usr/bin/edgegw" sensor --help | grep -q -- '-device PATH' ||
+		fail "edgegw sensor --help does not work in the packaged binary"
 	# Until configure, dpkg keeps a new conffile as .dpkg-new.
 	"$root/usr/bin/edgegw" check-config --config "$root/etc/edgegw/edgegw.yaml.dpkg-new" >/dev/null ||
 		fail "the shipped config does not pass check-config"

@@ -5,6 +5,7 @@
 //	edgegw check-config [--config FILE]  validate and print the effective config
 //	edgegw version                       print version, commit, Go version and platform
 //	edgegw passwd FILE USER              add or update a user in a password file
+//	edgegw sensor --device PATH          simulate a serial MQTT sensor
 //	edgegw help [COMMAND]                list the commands, or a command's flags
 //
 // The config file defaults to $EDGEGW_CONFIG; with neither, built-in
@@ -83,7 +84,8 @@ func init() {
 				"otherwise it reads the password from the first line of stdin:\n" +
 				"  echo 'secret' | edgegw passwd /etc/edgegw/passwd alice\n" +
 				"Reload a running gateway with SIGHUP (systemctl reload edgegw).", cmdPasswd},
-		// {"sensor", "...", cmdSensor},
+		{"sensor", "--device PATH [flags]", "simulate a serial MQTT sensor (to try a serial listener)",
+			sensorHelp, cmdSensor},
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package sim is a sensor simulator: an MQTT 3.1.1 client
 // (github.com/eclipse/paho.mqtt.golang) that talks to the gateway over a
 // serial device, through the framing package's stream adapter, and publishes
-// readings at a fixed rate. cmd/edgegw-sensor wraps it; tests use it as a
+// readings at a fixed rate. `edgegw sensor` (cmd/edgegw) wraps it; tests use it as a
 // real client on a pseudo-terminal.
 package sim
 
