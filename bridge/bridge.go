@@ -110,7 +110,8 @@ type Stats struct {
 // Run.
 type Bridge struct {
 	cfg    Config
-	c      *compiled
+	c      atomic.Pointer[compiled] // swapped by Reload (reload.go)
+	rl     reloadState
 	gw     Gateway
 	log    *slog.Logger
 	origin string
@@ -155,12 +156,12 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 	setPahoLogger(log)
 	b := &Bridge{
 		cfg:      cfg,
-		c:        c,
 		gw:       gw,
 		log:      log.With("bridge", cfg.Name),
 		origin:   gateway.BridgeOrigin(cfg.Name),
 		protocol: 0x84,
 	}
+	b.c.Store(c)
 	b.store = newUplinkStore(b.completed)
 	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
 	if cfg.NoBridgeFlag {
@@ -195,7 +196,8 @@ func (b *Bridge) Open() error {
 		b.setState(Disconnected, "", nil)
 	}
 	if b.filters == nil {
-		for _, r := range b.c.out {
+		b.filters = []string{} // non-nil: the sinks are registered (reload.go)
+		for _, r := range b.c.Load().out {
 			if err := b.gw.AddSink(b.cfg.Name, r.localFilter, sink{b}); err != nil {
 				b.log.Error("add sink", "topic", r.localFilter, "err", err)
 				continue
@@ -209,7 +211,7 @@ func (b *Bridge) Open() error {
 // openSpool opens the spool (in a temporary directory if none is
 // configured). Caller holds openMu.
 func (b *Bridge) openSpool() error {
-	dir, mode := b.cfg.SpoolDir, b.c.sync
+	dir, mode := b.cfg.SpoolDir, b.c.Load().sync
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "edgegw-bridge-*")
 		if err != nil {
@@ -288,11 +290,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if !b.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("bridge %s: Run called twice", b.cfg.Name)
 	}
-	defer func() {
-		for _, f := range b.filters {
-			b.gw.RemoveSink(b.cfg.Name, f)
-		}
-	}()
+	defer b.removeSinks()
 	if err := b.Open(); err != nil && !b.reopen(ctx) {
 		return nil
 	}
@@ -303,10 +301,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 	b.loop(ctx)
 
-	for _, f := range b.filters {
-		b.gw.RemoveSink(b.cfg.Name, f)
-	}
-	b.filters = nil
+	b.removeSinks()
 	b.setState(Disconnected, "", errors.New("stopped"))
 	if err := sp.Close(); err != nil {
 		return fmt.Errorf("bridge %s: close spool: %w", b.cfg.Name, err)
@@ -342,7 +337,7 @@ func (b *Bridge) Stats() Stats {
 }
 
 // StateTopic returns the local retained topic carrying the bridge's state.
-func (b *Bridge) StateTopic() string { return b.c.stateTop }
+func (b *Bridge) StateTopic() string { return b.c.Load().stateTop }
 
 // setState records s and publishes it (retained, locally) if it changed.
 // Any goroutine may call it: a write timeout or watchdog trip reports
@@ -370,7 +365,7 @@ func (b *Bridge) setState(s State, addr string, why error) {
 		b.log.Warn("uplink disconnected", "address", b.addr, "reason", why)
 	}
 	err := b.gw.Publish(&gateway.Message{
-		Topic: b.c.stateTop, Payload: []byte(s.String()), QoS: 1, Retain: true, Origin: b.origin,
+		Topic: b.c.Load().stateTop, Payload: []byte(s.String()), QoS: 1, Retain: true, Origin: b.origin,
 	})
 	if err != nil {
 		b.log.Error("publish state", "err", err)
@@ -398,7 +393,7 @@ func (k sink) spoolMessage(m *gateway.Message) (sm spool.Message, ok bool) {
 	if m.Origin == b.origin { // loop prevention (the gateway checks it too)
 		return sm, false
 	}
-	remote, qos, ok := b.c.outTopic(m.Topic, m.QoS)
+	remote, qos, ok := b.c.Load().outTopic(m.Topic, m.QoS)
 	if !ok {
 		return sm, false
 	}
@@ -498,7 +493,7 @@ func (k sink) AcceptAsync(m *gateway.Message, done func(error)) {
 // the gateway took the message; a refused message stays unacknowledged
 // and a persistent upstream session redelivers it after a reconnect.
 func (b *Bridge) inbound(_ mqtt.Client, m mqtt.Message) {
-	local, ok := b.c.inTopic(m.Topic())
+	local, ok := b.c.Load().inTopic(m.Topic())
 	if !ok {
 		b.log.Warn("inbound message matches no in rule; dropped", "topic", m.Topic())
 		m.Ack()
@@ -539,15 +534,17 @@ func (bo *backoff) next() time.Duration {
 func (b *Bridge) loop(ctx context.Context) {
 	bo := backoff{min: b.cfg.ReconnectMin, max: b.cfg.ReconnectMax}
 	for ctx.Err() == nil {
-		for _, u := range b.c.addrs {
+		b.applyPending()
+		for _, u := range b.c.Load().addrs {
 			s, err := b.connect(ctx, u)
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, errReload) {
+				break // apply the new settings first
+			}
 			if err != nil {
-				b.connectFailures.Add(1)
-				b.setState(Disconnected, u.Redacted(), err)
-				b.log.Info("uplink connect failed", "address", u.Redacted(), "err", err)
+				b.connectFailed(u, err)
 				continue
 			}
 			bo.reset()
@@ -676,20 +673,9 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
 			return nil, fmt.Errorf("complete %d PUBREL re-sent to %s: %w", len(rels), u.Redacted(), err)
 		}
 	}
-	if subs := b.c.subscriptions(); subs != nil {
-		st := s.client.SubscribeMultiple(subs, nil)
-		err := waitToken(ctx, st, b.cfg.AckTimeout)
-		if err == nil {
-			for f, rc := range st.(*mqtt.SubscribeToken).Result() {
-				if rc > 2 {
-					err = errors.Join(err, fmt.Errorf("%q refused (0x%02x)", f, rc))
-				}
-			}
-		}
-		if err != nil {
-			s.waitLost()
-			return nil, fmt.Errorf("subscribe %s: %w", u.Redacted(), err)
-		}
+	if err := b.subscribeAll(ctx, s); err != nil { // reload.go
+		s.waitLost()
+		return nil, err
 	}
 	return s, nil
 }

@@ -138,7 +138,7 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, slot *connSlot, onTimeout
 		c   net.Conn
 		err error
 	)
-	tcfg := b.c.tls
+	tcfg := b.c.Load().tls
 	if tcfg != nil && tcfg.ServerName == "" {
 		tcfg = tcfg.Clone()
 		tcfg.ServerName = u.Hostname()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync/atomic"
 
@@ -55,4 +56,11 @@ func init() {
 // setPahoLogger routes paho's logging to log, if no bridge did already.
 func setPahoLogger(log *slog.Logger) {
 	pahoLog.CompareAndSwap(nil, log.With("component", "paho"))
+}
+
+// connectFailed counts and logs a failed connection attempt to u.
+func (b *Bridge) connectFailed(u *url.URL, err error) {
+	b.connectFailures.Add(1)
+	b.setState(Disconnected, u.Redacted(), err)
+	b.log.Info("uplink connect failed", "address", u.Redacted(), "err", err)
 }

@@ -211,7 +211,7 @@ func runGateway(ctx context.Context, p runParams) error {
 			return fmt.Sprintf("%d clients connected, %d sessions, %d queued, bridges %d/%d up",
 				st.SessionsConnected, st.SessionsConnected+st.SessionsDisconnected, st.QueuedMessages, up, len(bridges))
 		},
-		reload: func() { reloadAll(p, files, reloaders) },
+		reload: func() { reloadAll(p, files, reloaders, bridges) },
 	}
 	g.Go(func() error { return sv.run(ctx) })
 	g.Go(func() error { return logStopping(ctx, log, len(bridges)) })
@@ -294,8 +294,8 @@ func probe(touch func(), d time.Duration) bool {
 
 // reloadAll is SIGHUP: reload, then the listeners' TLS certificates, then
 // one closing line, "reloaded" at INFO only when every part was applied.
-func reloadAll(p runParams, files *auth.Files, reloaders []*listeners.CertReloader) {
-	ok := reload(p, files)
+func reloadAll(p runParams, files *auth.Files, reloaders []*listeners.CertReloader, bridges []*bridge.Bridge) {
+	ok := reload(p, files, bridges)
 	for _, rl := range reloaders {
 		if err := rl.Reload(); err != nil {
 			p.log.Error("reload: tls certificate; keeping the previous one", "err", err)
@@ -310,10 +310,11 @@ func reloadAll(p runParams, files *auth.Files, reloaders []*listeners.CertReload
 }
 
 // reload re-reads the config file and applies what can change live: the
-// log level and the auth files. Everything else is named in the log as
-// needing a restart. It reports whether everything it tried was applied;
+// log level, the auth files and the bridges' topic rules and connection
+// settings. Everything else is named in the log, by key, as needing a
+// restart. It reports whether everything it tried was applied;
 // each failure is logged, one line per problem.
-func reload(p runParams, files *auth.Files) (ok bool) {
+func reload(p runParams, files *auth.Files, bridges []*bridge.Bridge) (ok bool) {
 	log := p.log
 	log.Info("reloading", "config", p.path)
 	cfg, err := config.Load(p.path, os.Environ())
@@ -349,9 +350,9 @@ func reload(p runParams, files *auth.Files) (ok bool) {
 	if cfg.Metrics != old.Metrics || cfg.Persistence != old.Persistence {
 		restart = append(restart, "metrics/persistence")
 	}
-	if fmt.Sprint(cfg.Bridges) != fmt.Sprint(old.Bridges) {
-		restart = append(restart, "bridges")
-	}
+	br, bok := reloadBridges(log, cfg, bridges)
+	restart = append(restart, br...)
+	ok = ok && bok
 	if len(restart) > 0 {
 		log.Warn("reload: these changes need a restart", "changed", strings.Join(restart, ", "))
 	}

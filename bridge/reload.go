@@ -1,0 +1,375 @@
+package bridge
+
+// Live reload (SIGHUP). What a running bridge can take without a restart:
+//
+//   - topic rules: replaced in place. The compiled rules are swapped
+//     atomically (the sink and the inbound handler read them per message),
+//     the gateway sinks of the out rules are added and removed, and the
+//     upstream subscriptions of the in rules are added and removed on the
+//     live connection; a connection being set up subscribes the new set.
+//     The spool, the messages in it and the flows in flight are untouched:
+//     a spooled message was mapped to its upstream topic when it was
+//     accepted, so removing its rule does not drop it.
+//   - connection settings (addresses, client_id, username, password,
+//     clean_session, keepalive, connect_timeout, tls.* paths or the
+//     contents of the files they name): the bridge reconnects, this bridge
+//     only. The owner goroutine applies them between two connections, when
+//     no session goroutine reads them.
+//
+// Everything else (the spool's settings, write_timeout, ack_timeout,
+// max_inflight, max_inflight_qos2, reconnect_min/max) is read by running
+// goroutines or fixed by the open spool: Reload names those keys as
+// needing a restart and keeps their running values.
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// Reloaded says what a Reload changed.
+type Reloaded struct {
+	Rules     bool     // topic rules replaced in place
+	Reconnect []string // keys whose change makes the bridge reconnect
+	Restart   []string // keys that changed but need a restart; the running values stay
+	// Subscriptions reports the upstream SUBSCRIBE/UNSUBSCRIBE of changed in
+	// rules on the live connection: "" when none was needed, else what was
+	// done or why it waits for the next connection.
+	Subscriptions string
+}
+
+// reloadState is what Reload keeps between calls and shares with the owner
+// goroutine.
+type reloadState struct {
+	mu   sync.Mutex // serialises Reload; guards want and init
+	want Config     // the running config: start-up values, with what Reload applied
+	init bool
+
+	// pending holds connection settings for the owner goroutine to apply
+	// before its next connection attempt (applyPending).
+	pending atomic.Pointer[Config]
+
+	subMu sync.Mutex
+	live  *session        // the session that last subscribed (it may have ended since)
+	have  map[string]byte // its upstream subscriptions
+	stale map[string]bool // removed filters still subscribed in a persistent upstream session
+}
+
+// errReload ends a connection made with settings a Reload replaced.
+var errReload = errors.New("reload: reconnecting with the new settings")
+
+// Reload applies cfg to the running bridge (same Name): topic rules in
+// place, connection settings by reconnecting. An invalid cfg changes
+// nothing and is returned with every problem. Safe to call while Run runs.
+func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
+	var r Reloaded
+	cfg.setDefaults()
+	if cfg.Name != b.cfg.Name {
+		return r, fmt.Errorf("bridge %s: reload as %q: a renamed bridge is another bridge (restart)", b.cfg.Name, cfg.Name)
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return r, err
+	}
+	rl := &b.rl
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if !rl.init { // b.cfg is written by the owner only after a Reload (applyPending)
+		rl.want, rl.init = b.cfg, true
+	}
+	old := rl.want
+
+	// The owner never writes these fields: reading b.cfg here is safe.
+	restart := []struct {
+		key     string
+		changed bool
+	}{
+		{"spool", cfg.SpoolDir != b.cfg.SpoolDir || cfg.SpoolMaxBytes != b.cfg.SpoolMaxBytes ||
+			cfg.SpoolSync != b.cfg.SpoolSync || cfg.SpoolSyncInterval != b.cfg.SpoolSyncInterval},
+		{"write_timeout", cfg.WriteTimeout != b.cfg.WriteTimeout},
+		{"ack_timeout", cfg.AckTimeout != b.cfg.AckTimeout},
+		{"max_inflight", cfg.MaxInflight != b.cfg.MaxInflight},
+		{"max_inflight_qos2", cfg.MaxInflightQoS2 != b.cfg.MaxInflightQoS2},
+		{"reconnect_min", cfg.ReconnectMin != b.cfg.ReconnectMin},
+		{"reconnect_max", cfg.ReconnectMax != b.cfg.ReconnectMax},
+		{"no_bridge_flag", cfg.NoBridgeFlag != b.cfg.NoBridgeFlag},
+	}
+	for _, k := range restart {
+		if k.changed {
+			r.Restart = append(r.Restart, k.key)
+		}
+	}
+	cur := b.c.Load()
+	reconnect := []struct {
+		key     string
+		changed bool
+	}{
+		{"addresses", !slices.Equal(cfg.Addresses, old.Addresses)},
+		{"client_id", cfg.ClientID != old.ClientID},
+		{"username", cfg.Username != old.Username},
+		{"password", cfg.Password != old.Password},
+		{"clean_session", cfg.CleanSession != old.CleanSession},
+		{"keepalive", cfg.KeepAlive != old.KeepAlive},
+		{"connect_timeout", cfg.ConnectTimeout != old.ConnectTimeout},
+		{"tls", cfg.TLS != old.TLS || !sameTLS(cur.tls, c.tls)},
+	}
+	for _, k := range reconnect {
+		if k.changed {
+			r.Reconnect = append(r.Reconnect, k.key)
+		}
+	}
+	r.Rules = !slices.Equal(cfg.Topics, old.Topics)
+
+	next := *cur
+	if r.Rules {
+		next.out, next.in = c.out, c.in
+	}
+	if len(r.Reconnect) > 0 {
+		next.addrs, next.tls = c.addrs, c.tls
+	}
+	b.c.Store(&next)
+	if r.Rules {
+		b.syncSinks()
+		rl.want.Topics = cfg.Topics
+		r.Subscriptions = b.syncSubs()
+	}
+	if len(r.Reconnect) > 0 {
+		w := &rl.want
+		w.Addresses, w.ClientID, w.Username, w.Password = cfg.Addresses, cfg.ClientID, cfg.Username, cfg.Password
+		w.CleanSession, w.KeepAlive, w.ConnectTimeout, w.TLS = cfg.CleanSession, cfg.KeepAlive, cfg.ConnectTimeout, cfg.TLS
+		p := *w
+		rl.pending.Store(&p)
+		rl.subMu.Lock()
+		if s := rl.live; s != nil {
+			s.teardown(errReload)
+		}
+		rl.subMu.Unlock()
+	}
+	return r, nil
+}
+
+// sameTLS reports whether two client TLS configs present the same
+// certificates and trust the same roots (a file rewritten in place with
+// new contents is a change).
+func sameTLS(a, b *tls.Config) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if len(a.Certificates) != len(b.Certificates) {
+		return false
+	}
+	for i := range a.Certificates {
+		if !slices.EqualFunc(a.Certificates[i].Certificate, b.Certificates[i].Certificate, bytes.Equal) {
+			return false
+		}
+	}
+	if (a.RootCAs == nil) != (b.RootCAs == nil) {
+		return false
+	}
+	return a.RootCAs == nil || a.RootCAs.Equal(b.RootCAs)
+}
+
+// applyPending is called by the owner goroutine before each round of
+// connection attempts: it installs the connection settings of the last
+// Reload. No session goroutine runs then, so none reads them.
+func (b *Bridge) applyPending() {
+	p := b.rl.pending.Swap(nil)
+	if p == nil {
+		return
+	}
+	b.cfg.Addresses, b.cfg.ClientID, b.cfg.Username, b.cfg.Password = p.Addresses, p.ClientID, p.Username, p.Password
+	b.cfg.CleanSession, b.cfg.KeepAlive, b.cfg.ConnectTimeout, b.cfg.TLS = p.CleanSession, p.KeepAlive, p.ConnectTimeout, p.TLS
+	b.log.Info("reload: connecting with the new settings")
+}
+
+// syncSinks registers the out rules' local filters with the gateway and
+// removes those no out rule has any more. Nothing is registered before
+// Open or after Run ended (b.filters is nil then).
+func (b *Bridge) syncSinks() {
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
+	if b.filters == nil {
+		return
+	}
+	want := make(map[string]bool)
+	for _, r := range b.c.Load().out {
+		want[r.localFilter] = true
+	}
+	kept := b.filters[:0]
+	for _, f := range b.filters {
+		if want[f] {
+			kept = append(kept, f)
+			delete(want, f)
+			continue
+		}
+		if !slices.Contains(kept, f) {
+			b.gw.RemoveSink(b.cfg.Name, f)
+		}
+	}
+	b.filters = kept
+	for _, f := range slices.Sorted(maps.Keys(want)) {
+		if err := b.gw.AddSink(b.cfg.Name, f, sink{b}); err != nil {
+			b.log.Error("add sink", "topic", f, "err", err)
+			continue
+		}
+		b.filters = append(b.filters, f)
+	}
+}
+
+// removeSinks removes every sink the bridge registered.
+func (b *Bridge) removeSinks() {
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
+	for _, f := range b.filters {
+		b.gw.RemoveSink(b.cfg.Name, f)
+	}
+	b.filters = nil
+}
+
+// reloadSubWait bounds how long Reload waits for the upstream's SUBACK or
+// UNSUBACK of changed in rules: it runs on the goroutine that handles
+// SIGHUP (and pings the systemd watchdog), so it must not wait long. A
+// slower answer still applies; only the log does not see it.
+const reloadSubWait = 3 * time.Second
+
+// syncSubs brings the live connection's upstream subscriptions to the in
+// rules now in force. It returns what it did, for the log.
+func (b *Bridge) syncSubs() string {
+	rl := &b.rl
+	rl.subMu.Lock()
+	defer rl.subMu.Unlock()
+	want := b.c.Load().subscriptions()
+	add := make(map[string]byte)
+	for f, q := range want {
+		if hq, ok := rl.have[f]; !ok || hq != q {
+			add[f] = q
+		}
+	}
+	var del []string
+	for f := range rl.have {
+		if _, ok := want[f]; !ok {
+			del = append(del, f)
+		}
+	}
+	slices.Sort(del)
+	if len(add) == 0 && len(del) == 0 {
+		return ""
+	}
+	s := rl.live
+	if s == nil || !s.client.IsConnectionOpen() {
+		b.markStale(del)
+		rl.have = want
+		return "not connected: subscribed at the next connection"
+	}
+	var toks []mqtt.Token
+	if len(add) > 0 {
+		toks = append(toks, s.client.SubscribeMultiple(add, nil))
+	}
+	if len(del) > 0 {
+		toks = append(toks, s.client.Unsubscribe(del...))
+	}
+	rl.have = want
+	var errs []error
+	deadline := time.NewTimer(reloadSubWait)
+	defer deadline.Stop()
+	for _, t := range toks {
+		select {
+		case <-t.Done():
+			errs = append(errs, t.Error(), subackError(t))
+		case <-deadline.C:
+			return fmt.Sprintf("sent %d SUBSCRIBE, %d UNSUBSCRIBE; no answer within %s yet", len(add), len(del), reloadSubWait)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		// The connection is broken or the upstream refused a filter:
+		// the next connection subscribes the rules in force.
+		b.markStale(del)
+		return fmt.Sprintf("failed (%v); retried at the next connection", err)
+	}
+	return fmt.Sprintf("subscribed %d, unsubscribed %d on the live connection", len(add), len(del))
+}
+
+// markStale remembers filters a persistent upstream session may still
+// hold, to unsubscribe at the next connection. Caller holds subMu.
+func (b *Bridge) markStale(filters []string) {
+	if b.cfg.CleanSession || len(filters) == 0 {
+		return // a clean session forgets its subscriptions itself
+	}
+	if b.rl.stale == nil {
+		b.rl.stale = make(map[string]bool)
+	}
+	for _, f := range filters {
+		b.rl.stale[f] = true
+	}
+}
+
+// subackError returns the filters a SUBACK refused (return code 0x80).
+func subackError(t mqtt.Token) error {
+	st, ok := t.(*mqtt.SubscribeToken)
+	if !ok {
+		return nil
+	}
+	var err error
+	for f, rc := range st.Result() {
+		if rc > 2 {
+			err = errors.Join(err, fmt.Errorf("%q refused (0x%02x)", f, rc))
+		}
+	}
+	return err
+}
+
+// subscribeAll is connect's last step: it subscribes the in rules in force
+// on the new connection s (and unsubscribes filters removed by a reload
+// from a persistent upstream session), then makes s the live session for
+// later reloads. Reload cannot interleave: the SUBSCRIBE is handed to paho
+// under subMu, so a reload's own SUBSCRIBE/UNSUBSCRIBE follows it.
+func (b *Bridge) subscribeAll(ctx context.Context, s *session) error {
+	rl := &b.rl
+	rl.subMu.Lock()
+	if rl.pending.Load() != nil { // a reload changed the settings while this connection was made
+		rl.subMu.Unlock()
+		return errReload
+	}
+	subs := b.c.Load().subscriptions()
+	var stale []string
+	for f := range rl.stale {
+		if _, ok := subs[f]; !ok {
+			stale = append(stale, f)
+		}
+	}
+	var toks []mqtt.Token
+	if len(subs) > 0 {
+		toks = append(toks, s.client.SubscribeMultiple(subs, nil))
+	}
+	if len(stale) > 0 && !b.cfg.CleanSession {
+		toks = append(toks, s.client.Unsubscribe(stale...))
+	}
+	rl.live, rl.have = s, subs
+	rl.subMu.Unlock()
+	for _, t := range toks {
+		err := waitToken(ctx, t, b.cfg.AckTimeout)
+		if err == nil {
+			err = subackError(t)
+		}
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", s.addr.Redacted(), err)
+		}
+	}
+	if len(stale) > 0 {
+		rl.subMu.Lock()
+		for _, f := range stale {
+			delete(rl.stale, f)
+		}
+		rl.subMu.Unlock()
+	}
+	return nil
+}
