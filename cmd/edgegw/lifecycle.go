@@ -28,7 +28,7 @@ func logStopping(ctx context.Context, log *slog.Logger, bridges int) error {
 func logDropped(log *slog.Logger, persistDir string, st gateway.Stats, bridges []metrics.BridgeStatus) {
 	var spooled int64
 	for _, b := range bridges {
-		spooled += b.SpoolMessages
+		spooled += b.Spool.Messages
 	}
 	sessions := st.SessionsConnected + st.SessionsDisconnected
 	attrs := []any{"queued_messages", st.QueuedMessages, "queued_bytes", st.QueuedBytes,

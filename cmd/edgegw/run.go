@@ -215,6 +215,9 @@ func runGateway(ctx context.Context, p runParams) error {
 	}
 	g.Go(func() error { return sv.run(ctx) })
 	g.Go(func() error { return logStopping(ctx, log, len(bridges)) })
+	if len(bridges) > 0 {
+		g.Go(func() error { return publishBridgeSys(ctx, gw, bridges, sysInterval) })
+	}
 	log.Info("edgegw started", "version", buildVersion(), "listeners", len(lns), "bridges", len(bridges), "bridges_failed", failed)
 	err := g.Wait()
 	logDropped(log, cfg.Persistence.Dir, gw.Stats(), bridgeStatuses(bridges))
@@ -416,14 +419,21 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 	out := make([]metrics.BridgeStatus, 0, len(bridges))
 	for _, b := range bridges {
 		st := b.Stats()
-		out = append(out, metrics.BridgeStatus{
-			Name: b.Name(), Connected: st.State == bridge.Connected,
-			Connects: int64(st.Connects), Disconnects: int64(st.Disconnects),
+		bs := metrics.BridgeStatus{
+			Name: b.Name(), Connected: st.State == bridge.Connected, LastError: st.LastError,
+			Connects: int64(st.Connects), Disconnects: int64(st.Disconnects), ConnectFailures: int64(st.ConnectFailures),
 			WatchdogTrips: int64(st.WatchdogTrips), WriteTimeouts: int64(st.WriteTimeouts),
-			Inflight: st.InFlight, Sent: int64(st.Sent), Acked: int64(st.Acked), Received: int64(st.Received),
-			SpoolMessages: st.SpoolMessages, SpoolBytes: st.SpoolBytes, SpoolDropped: int64(st.SpoolDropped),
-			Refused: int64(st.AcceptFailed),
-		})
+			Inflight: st.InFlight, Sent: int64(st.Sent), Resumed: int64(st.Resumed), Acked: int64(st.Acked),
+			Received: int64(st.Received), InboundRefused: int64(st.InboundFailed), Refused: int64(st.AcceptFailed),
+			Spool: metrics.SpoolStatus{Messages: st.SpoolMessages, Bytes: st.SpoolBytes, Dropped: int64(st.SpoolDropped)},
+		}
+		if ss, ok := b.SpoolStats(); ok {
+			bs.Spool.CorruptTails, bs.Spool.Skipped, bs.Spool.DamagedBytes = ss.CorruptTail, ss.Skipped, ss.DamagedBytes
+			bs.Spool.Quarantined, bs.Spool.EmptySegments, bs.Spool.AckDamage = ss.Quarantined, ss.EmptySegments, ss.AckDamage
+			bs.Spool.IDGap, bs.Spool.NoSpace = int64(ss.IDGap), int64(ss.NoSpace)
+			bs.Spool.BytesWritten, bs.Spool.Syncs = int64(ss.BytesWritten), int64(ss.Syncs)
+		}
+		out = append(out, bs)
 	}
 	return out
 }

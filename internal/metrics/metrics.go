@@ -26,25 +26,6 @@ import (
 	"github.com/edgegw/edgegw/gateway"
 )
 
-// BridgeStatus is what /metrics shows of one bridge.
-type BridgeStatus struct {
-	Name          string
-	Connected     bool
-	Since         time.Time // when the state last changed
-	Connects      int64
-	Disconnects   int64
-	WatchdogTrips int64
-	WriteTimeouts int64
-	Inflight      int64
-	Sent          int64
-	Acked         int64
-	Received      int64
-	SpoolMessages int64
-	SpoolBytes    int64
-	SpoolDropped  int64
-	Refused       int64 // local messages the spool could not keep (publisher not acked)
-}
-
 // LinkStatus is what /metrics shows of one serial link.
 type LinkStatus struct {
 	Name       string
@@ -130,42 +111,7 @@ func collect(w *expo, src Sources) {
 		}
 	}
 	if src.Bridges != nil {
-		bs := src.Bridges()
-		per := func(f *family, val func(b BridgeStatus) float64) {
-			for _, b := range bs {
-				f.v(val(b), "bridge", b.Name)
-			}
-		}
-		per(w.gauge("edgegw_bridge_up", "1 if the bridge's uplink is connected."), func(b BridgeStatus) float64 {
-			if b.Connected {
-				return 1
-			}
-			return 0
-		})
-		per(w.counter("edgegw_bridge_connects_total", "Uplink connections established."),
-			func(b BridgeStatus) float64 { return float64(b.Connects) })
-		per(w.counter("edgegw_bridge_disconnects_total", "Uplink connections lost."),
-			func(b BridgeStatus) float64 { return float64(b.Disconnects) })
-		per(w.counter("edgegw_bridge_watchdog_trips_total", "Uplinks torn down by the ack watchdog."),
-			func(b BridgeStatus) float64 { return float64(b.WatchdogTrips) })
-		per(w.counter("edgegw_bridge_write_timeouts_total", "Uplink writes that missed their deadline."),
-			func(b BridgeStatus) float64 { return float64(b.WriteTimeouts) })
-		per(w.gauge("edgegw_bridge_inflight_messages", "Upstream publishes awaiting acknowledgement."),
-			func(b BridgeStatus) float64 { return float64(b.Inflight) })
-		per(w.counter("edgegw_bridge_sent_total", "Messages published upstream."),
-			func(b BridgeStatus) float64 { return float64(b.Sent) })
-		per(w.counter("edgegw_bridge_acked_total", "Upstream publishes acknowledged."),
-			func(b BridgeStatus) float64 { return float64(b.Acked) })
-		per(w.counter("edgegw_bridge_received_total", "Messages received from upstream."),
-			func(b BridgeStatus) float64 { return float64(b.Received) })
-		per(w.gauge("edgegw_bridge_spool_messages", "Messages in the bridge's spool."),
-			func(b BridgeStatus) float64 { return float64(b.SpoolMessages) })
-		per(w.gauge("edgegw_bridge_spool_bytes", "Bytes in the bridge's spool."),
-			func(b BridgeStatus) float64 { return float64(b.SpoolBytes) })
-		per(w.counter("edgegw_bridge_spool_dropped_total", "Messages dropped from a full spool."),
-			func(b BridgeStatus) float64 { return float64(b.SpoolDropped) })
-		per(w.counter("edgegw_bridge_refused_total", "Local messages the bridge's spool could not keep; their publishers were not acknowledged."),
-			func(b BridgeStatus) float64 { return float64(b.Refused) })
+		collectBridges(w, src.Bridges())
 	}
 	if src.Links != nil {
 		ls := src.Links()

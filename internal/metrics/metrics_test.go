@@ -34,7 +34,8 @@ func TestMetricsAndHealth(t *testing.T) {
 	s := &Server{Address: "127.0.0.1:0", Sources: Sources{
 		Gateway: gw.Stats,
 		Bridges: func() []BridgeStatus {
-			return []BridgeStatus{{Name: "cloud", Connected: true, SpoolMessages: 3, WatchdogTrips: 1}}
+			return []BridgeStatus{{Name: "cloud", Connected: true, WatchdogTrips: 1, LastError: `EOF "x"`,
+				Spool: SpoolStatus{Messages: 3, Quarantined: 2}}}
 		},
 		Links: func() []LinkStatus {
 			return []LinkStatus{{Name: "uart0", State: "waiting", BadFrames: map[string]int64{"crc": 2}}}
@@ -75,6 +76,8 @@ func TestMetricsAndHealth(t *testing.T) {
 		`edgegw_bridge_up{bridge="cloud"} 1`,
 		`edgegw_bridge_spool_messages{bridge="cloud"} 3`,
 		`edgegw_bridge_watchdog_trips_total{bridge="cloud"} 1`,
+		`edgegw_bridge_spool_quarantined_total{bridge="cloud"} 2`,
+		`edgegw_bridge_last_error_info{bridge="cloud",error="EOF \"x\""} 1`,
 		`edgegw_serial_link_state{listener="uart0",state="waiting"} 1`,
 		`edgegw_serial_frame_errors_total{kind="crc",listener="uart0"} 2`,
 		"go_goroutines",
@@ -89,6 +92,29 @@ func TestMetricsAndHealth(t *testing.T) {
 	problems = []string{"bridge cloud disconnected for 10m0s"}
 	if code, body := get(t, base+"/healthz"); code != 503 || !strings.Contains(body, "bridge cloud") {
 		t.Fatalf("/healthz = %d %q, want 503 naming the bridge", code, body)
+	}
+}
+
+// TestBridgeSys: every per-bridge series but up has its $SYS topic, with
+// the same value.
+func TestBridgeSys(t *testing.T) {
+	b := BridgeStatus{Name: "cloud", ConnectFailures: 4, Resumed: 2, LastError: "dial: refused",
+		Spool: SpoolStatus{IDGap: 9, Syncs: 11}}
+	got := make(map[string]string)
+	for _, v := range BridgeSys(b) {
+		got[v.Topic] = v.Value
+	}
+	for topic, want := range map[string]string{
+		"$SYS/bridge/cloud/connect_failures": "4", "$SYS/bridge/cloud/resumed": "2",
+		"$SYS/bridge/cloud/spool/id_gap": "9", "$SYS/bridge/cloud/spool/syncs": "11",
+		"$SYS/bridge/cloud/last_error": "dial: refused", "$SYS/bridge/cloud/sent": "0",
+	} {
+		if got[topic] != want {
+			t.Errorf("%s = %q, want %q", topic, got[topic], want)
+		}
+	}
+	if len(got) != len(bridgeTable) { // all but up, plus last_error
+		t.Errorf("%d $SYS topics for %d series", len(got), len(bridgeTable))
 	}
 }
 
