@@ -126,6 +126,7 @@ type Bridge struct {
 
 	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
 	refusals refusalLog
+	failLog  failLog // connect failure lines (log.go); only touched by the owner goroutine
 
 	stateMu   sync.Mutex // serialises state changes and their publication
 	state     State
@@ -548,6 +549,7 @@ func (b *Bridge) loop(ctx context.Context) {
 				continue
 			}
 			bo.reset()
+			b.failLog.connected(b.log, time.Now())
 			b.serve(ctx, s)
 			break
 		}

@@ -2,40 +2,48 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
-// pahoLogger adapts paho's Logger interface (Println/Printf) to slog at a
-// fixed level, through the logger in pahoLog (discarded until set).
+// pahoLogger adapts paho's Logger interface (Println/Printf) to slog,
+// through the logger in pahoLog (discarded until set), at the level
+// levelOf gives each line.
 type pahoLogger struct {
-	level slog.Level
+	level slog.Level // DEBUG for paho's ERROR/WARN/CRITICAL lines, below it for paho's DEBUG
 }
 
 // pahoLog is the logger paho's messages go to: the first bridge's.
 var pahoLog atomic.Pointer[slog.Logger]
 
-func (l pahoLogger) logger() *slog.Logger {
-	if lg := pahoLog.Load(); lg != nil && lg.Enabled(context.Background(), l.level) {
-		return lg
-	}
-	return nil
-}
-
 func (l pahoLogger) Println(v ...any) {
-	if lg := l.logger(); lg != nil {
-		lg.Log(context.Background(), l.level, strings.TrimSpace(fmt.Sprintln(v...)))
-	}
+	l.log(func() string { return strings.TrimSpace(fmt.Sprintln(v...)) })
 }
 
 func (l pahoLogger) Printf(format string, v ...any) {
-	if lg := l.logger(); lg != nil {
-		lg.Log(context.Background(), l.level, fmt.Sprintf(format, v...))
+	l.log(func() string { return fmt.Sprintf(format, v...) })
+}
+
+// log formats a line only if it can be logged at its level.
+func (l pahoLogger) log(msg func() string) {
+	lg := pahoLog.Load()
+	ctx := context.Background()
+	if lg == nil || (!lg.Enabled(ctx, l.level) && (l.level < slog.LevelDebug || !lg.Enabled(ctx, slog.LevelWarn))) {
+		return
+	}
+	m := msg()
+	if lvl := l.levelOf(m); lg.Enabled(ctx, lvl) {
+		lg.Log(ctx, lvl, m)
 	}
 }
 
@@ -43,14 +51,47 @@ func (l pahoLogger) Printf(format string, v ...any) {
 // CRITICAL, WARN, DEBUG), shared by every client in the process. They are
 // the one global this package touches, and it sets them here, before any
 // client can exist (setting them later races with running clients); the
-// logger behind them is swapped atomically by setPahoLogger. paho reports
-// every expected network failure as ERROR, so its levels are shifted down
-// by one: the bridge logs the state changes that matter itself.
+// logger behind them is swapped atomically by setPahoLogger.
+//
+// paho reports every expected network failure at ERROR or WARN, and the
+// bridge logs each of them itself, once, with its cause (connect failed,
+// disconnected, the reason): paho's lines go to DEBUG, except the few that
+// say something the bridge does not (pahoNews), which stay at WARN.
+// "BUG BUG BUG reconnection function is nil" is paho noting that
+// AutoReconnect is off, which is the bridge's design (it reconnects itself).
 func init() {
-	mqtt.CRITICAL = pahoLogger{slog.LevelError}
-	mqtt.ERROR = pahoLogger{slog.LevelWarn}
-	mqtt.WARN = pahoLogger{slog.LevelInfo}
+	mqtt.CRITICAL = pahoLogger{slog.LevelDebug}
+	mqtt.ERROR = pahoLogger{slog.LevelDebug}
+	mqtt.WARN = pahoLogger{slog.LevelDebug}
 	mqtt.DEBUG = pahoLogger{slog.LevelDebug - 4}
+}
+
+// pahoNews are fragments of paho's ERROR/WARN/CRITICAL lines that report
+// what the bridge cannot see itself: a malformed or unexpected packet from
+// upstream, an inconsistency in its store, the HTTP status of a refused
+// WebSocket handshake. Such lines are logged at WARN.
+var pahoNews = []string{
+	"Websocket handshake failure",
+	"invalid message type",
+	"Asked to persist an invalid",
+	"received msg that was not CONNACK",
+	"received nil packet",
+	"returned nil",
+	"not found",
+	"already running",
+}
+
+// level returns the level a paho line is logged at.
+func (l pahoLogger) levelOf(msg string) slog.Level {
+	if l.level < slog.LevelDebug {
+		return l.level // paho's own DEBUG: a trace, below debug
+	}
+	for _, n := range pahoNews {
+		if strings.Contains(msg, n) {
+			return slog.LevelWarn
+		}
+	}
+	return slog.LevelDebug
 }
 
 // setPahoLogger routes paho's logging to log, if no bridge did already.
@@ -58,9 +99,110 @@ func setPahoLogger(log *slog.Logger) {
 	pahoLog.CompareAndSwap(nil, log.With("component", "paho"))
 }
 
-// connectFailed counts and logs a failed connection attempt to u.
+// connectFailed counts and logs a failed connection attempt to u: a
+// failure that retrying cannot heal (a certificate the upstream or the
+// bridge does not trust, refused credentials) at ERROR with a hint, others
+// at INFO (the bridge already said WARN "uplink disconnected"); an
+// identical failure again is not logged, only counted, with a summary
+// every failLogEvery (issue 15: 14 lines in a 19 s outage).
 func (b *Bridge) connectFailed(u *url.URL, err error) {
 	b.connectFailures.Add(1)
 	b.setState(Disconnected, u.Redacted(), err)
-	b.log.Info("uplink connect failed", "address", u.Redacted(), "err", err)
+	b.failLog.failed(b.log, u.Redacted(), err, time.Now())
+}
+
+// failLogEvery is how often a failure that keeps repeating is summarised.
+const failLogEvery = 5 * time.Minute
+
+// failLog rate-limits the connect failure lines of one bridge. Only the
+// owner goroutine uses it.
+type failLog struct {
+	key        string    // address and error text of the streak
+	since      time.Time // its first failure
+	lastLine   time.Time
+	count      int // failures in the streak
+	suppressed int // not logged since lastLine
+}
+
+func (f *failLog) failed(log *slog.Logger, addr string, err error, now time.Time) {
+	hint := permanentHint(err)
+	level := slog.LevelInfo
+	if hint != "" {
+		level = slog.LevelError
+	}
+	key := addr + "\x00" + err.Error()
+	if key == f.key {
+		f.count++
+		if now.Sub(f.lastLine) < failLogEvery {
+			f.suppressed++
+			return
+		}
+		if level < slog.LevelWarn {
+			level = slog.LevelWarn // a transient failure that lasts is worth a warning
+		}
+		log.Log(context.Background(), level, "uplink connect still failing", "address", addr, "err", err,
+			"attempts", f.count, "since", f.since.Format(time.RFC3339), "not_logged", f.suppressed, hintAttr(hint))
+		f.lastLine, f.suppressed = now, 0
+		return
+	}
+	*f = failLog{key: key, since: now, lastLine: now, count: 1}
+	log.Log(context.Background(), level, "uplink connect failed", "address", addr, "err", err, hintAttr(hint))
+}
+
+// connected ends a streak of failures, saying how long it lasted.
+func (f *failLog) connected(log *slog.Logger, now time.Time) {
+	if f.count > 1 {
+		log.Info("uplink connect succeeded after failing", "attempts", f.count, "for", now.Sub(f.since).Round(time.Second))
+	}
+	*f = failLog{}
+}
+
+func hintAttr(hint string) slog.Attr {
+	if hint == "" {
+		return slog.Attr{}
+	}
+	return slog.String("hint", hint)
+}
+
+// permanentHint says what to fix when err will not heal by retrying: the
+// upstream or the bridge distrusts a certificate, or the upstream refuses
+// the credentials. "" for failures that may (network, DNS, a broker down).
+func permanentHint(err error) string {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		alert     tls.AlertError
+		record    tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword):
+		return "the upstream refuses the user name or password: fix username/password, then systemctl reload edgegw"
+	case errors.Is(err, packets.ErrorRefusedNotAuthorised):
+		return "the upstream does not authorise this client: check its credentials, client_id and the upstream's policy"
+	case errors.Is(err, packets.ErrorRefusedIDRejected):
+		return "the upstream rejects the client_id: choose another"
+	case errors.As(err, &unknownCA):
+		return "the upstream's certificate is not signed by a CA the bridge trusts: set tls.ca to the CA that issued it"
+	case errors.As(err, &hostname):
+		return "the upstream's certificate does not name the host in the address: fix the address or set tls.server_name"
+	case errors.As(err, &invalid):
+		return "the upstream's certificate is not valid (expired or not yet valid: check the clock, or the upstream's certificate)"
+	case errors.As(err, &alert) && isCertAlert(alert):
+		return "the upstream refuses the bridge's client certificate: set tls.cert and tls.key to a certificate its CA issued"
+	case errors.As(err, &record):
+		return "the upstream does not speak TLS on this port: use tcp:// or the upstream's TLS port"
+	}
+	return ""
+}
+
+// isCertAlert reports TLS alerts about the client's certificate (RFC 8446
+// 6.2): bad_certificate 42, unsupported 43, revoked 44, expired 45,
+// unknown 46, unknown_ca 48, access_denied 49, certificate_required 116.
+func isCertAlert(a tls.AlertError) bool {
+	switch a {
+	case 42, 43, 44, 45, 46, 48, 49, 116:
+		return true
+	}
+	return false
 }
