@@ -1,6 +1,9 @@
 package bridge
 
-import "log/slog"
+import (
+	"log/slog"
+	"time"
+)
 
 // SetPahoLogForTest routes paho's lines to log until restore is called
 // (paho's logger is process-wide and set by the first bridge).
@@ -11,3 +14,12 @@ func SetPahoLogForTest(log *slog.Logger) (restore func()) {
 
 // PermanentHint exposes permanentHint to the tests.
 var PermanentHint = permanentHint
+
+// FailLog exposes the connect failure log's rate limit, with the clock in
+// the test's hands.
+type FailLog struct{ f failLog }
+
+func (l *FailLog) Failed(log *slog.Logger, addr string, err error, now time.Time) {
+	l.f.failed(log, addr, err, now)
+}
+func (l *FailLog) Connected(log *slog.Logger, now time.Time) { l.f.connected(log, now) }

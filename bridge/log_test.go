@@ -218,3 +218,46 @@ func TestPermanentHint(t *testing.T) {
 		}
 	}
 }
+
+// TestFailLogRateLimit drives the connect failure log's clock: a failure
+// repeated for 19 s (an outage) is one line; one lasting past 5 minutes
+// gets a summary at WARN with the attempts; another kind of failure is a
+// line at once; a success closes the streak with one line.
+func TestFailLogRateLimit(t *testing.T) {
+	h := newLogCounter()
+	log := slog.New(h)
+	var fl bridge.FailLog
+	refused := fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	for ; now.Sub(t0) < 19*time.Second; now = now.Add(100 * time.Millisecond) {
+		fl.Failed(log, "tcp://cloud:1883", refused, now)
+	}
+	lines := func(level slog.Level, msg string) int {
+		n, _ := h.count(level, func(r logRec) bool { return r.level == level && r.msg == msg })
+		return n
+	}
+	if n := lines(slog.LevelInfo, "uplink connect failed"); n != 1 {
+		t.Fatalf("19 s of refused connects: %d lines, want 1:\n%s", n, h.dump())
+	}
+	for ; now.Sub(t0) < 5*time.Minute+time.Second; now = now.Add(time.Second) {
+		fl.Failed(log, "tcp://cloud:1883", refused, now)
+	}
+	if n := lines(slog.LevelWarn, "uplink connect still failing"); n != 1 {
+		t.Fatalf("after 5 min: %d summaries, want 1:\n%s", n, h.dump())
+	}
+	fl.Failed(log, "tcp://cloud:1883", fmt.Errorf("connect: %w", packets.ErrorRefusedNotAuthorised), now)
+	if n := lines(slog.LevelError, "uplink connect failed"); n != 1 {
+		t.Fatalf("a new, permanent failure: %d ERROR lines, want 1:\n%s", n, h.dump())
+	}
+	fl.Connected(log, now.Add(time.Second))
+	if n := lines(slog.LevelInfo, "uplink connect succeeded after failing"); n != 0 {
+		t.Fatalf("a streak of one failure needs no closing line:\n%s", h.dump())
+	}
+	fl.Failed(log, "tcp://cloud:1883", refused, now)
+	fl.Failed(log, "tcp://cloud:1883", refused, now)
+	fl.Connected(log, now.Add(time.Second))
+	if n := lines(slog.LevelInfo, "uplink connect succeeded after failing"); n != 1 {
+		t.Fatalf("%d closing lines, want 1:\n%s", n, h.dump())
+	}
+}
