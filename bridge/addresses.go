@@ -4,8 +4,9 @@ package bridge
 // with any user:password in them redacted (url.URL.Redacted), for the
 // status page. The default port of the scheme is filled in.
 func (b *Bridge) Addresses() []string {
-	out := make([]string, 0, len(b.c.addrs))
-	for _, u := range b.c.addrs {
+	addrs := b.c.Load().addrs // a reload may replace them
+	out := make([]string, 0, len(addrs))
+	for _, u := range addrs {
 		out = append(out, u.Redacted())
 	}
 	return out
