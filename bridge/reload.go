@@ -299,9 +299,10 @@ func (b *Bridge) syncSubs() string {
 }
 
 // markStale remembers filters a persistent upstream session may still
-// hold, to unsubscribe at the next connection. Caller holds subMu.
+// hold, to unsubscribe at the next connection. Caller holds rl.mu (Reload:
+// want, not b.cfg, which the owner may be writing) and subMu.
 func (b *Bridge) markStale(filters []string) {
-	if b.cfg.CleanSession || len(filters) == 0 {
+	if b.rl.want.CleanSession || len(filters) == 0 {
 		return // a clean session forgets its subscriptions itself
 	}
 	if b.rl.stale == nil {
