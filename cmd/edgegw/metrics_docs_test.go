@@ -18,7 +18,8 @@ import (
 )
 
 var (
-	docMetric = regexp.MustCompile(`\b(edgegw|go|process)_[a-z0-9_]*[a-z0-9]`)
+	// A name, not part of a dotted key (status.json's memory.go_total_bytes).
+	docMetric = regexp.MustCompile(`(?:^|[^.\w])((?:edgegw|go|process)_[a-z0-9_]*[a-z0-9])`)
 	docSys    = regexp.MustCompile(`\$SYS/[A-Za-z0-9_/<>+#.-]*[A-Za-z0-9_>+#.]`)
 )
 
@@ -32,7 +33,8 @@ func docNames(t *testing.T, files ...string) (metricNames, sysTopics map[string]
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range docMetric.FindAllString(string(b), -1) {
+		for _, sm := range docMetric.FindAllStringSubmatch(string(b), -1) {
+			m := sm[1]
 			if _, ok := metricNames[m]; !ok {
 				metricNames[m] = f
 			}

@@ -15,14 +15,19 @@ const sysInterval = 10 * time.Second
 
 // publishBridgeSys publishes every bridge's counters as retained local
 // topics $SYS/bridge/<name>/<counter> (metrics.BridgeSys; the state topic
-// is the bridge's own), at start and then every interval, each topic only
-// when its value changed: an idle gateway publishes nothing, and a
-// subscriber gets the current values at once from the retained store.
-// $SYS topics are not persisted; they are regenerated at start. It returns
-// nil when ctx is done (an errgroup member).
+// is the bridge's own, published on every change) every interval while a
+// client subscribes to a $SYS filter, as the broker does with $SYS/broker:
+// each topic only when its value changed since it was last published. So
+// nothing is published for nobody, and the broker's message and retained
+// counters count clients' messages. $SYS topics are not persisted; they
+// are regenerated at start. It returns nil when ctx is done (an errgroup
+// member).
 func publishBridgeSys(ctx context.Context, gw *gateway.Server, bridges []*bridge.Bridge, interval time.Duration) error {
 	last := make(map[string]string)
 	publish := func() {
+		if !gw.SysSubscribed() {
+			return
+		}
 		for _, b := range bridgeStatuses(bridges) {
 			for _, v := range metrics.BridgeSys(b) {
 				if old, ok := last[v.Topic]; ok && old == v.Value {
