@@ -5,15 +5,17 @@ package bridge
 // rules, and while connected runs two helpers it joins before the next
 // attempt:
 //
-//   - the sender takes a window slot (a semaphore of max_inflight), reads the
-//     next message from the spool (Next blocks while the spool is empty),
-//     for QoS 2 also a slot of the smaller QoS 2 window (max_inflight_qos2:
-//     the upstream's receive quota, which MQTT 3.1.1 cannot see exceeded),
-//     and hands it to paho; after a reconnect it starts again from the
-//     oldest unacknowledged message, so the backlog drains at full window
-//     speed;
+//   - the sender reads the next message from the spool (Next blocks while
+//     the spool is empty), waits for room in the send window (window.go:
+//     sized by the link with max_inflight auto, within a fixed count
+//     otherwise, and for QoS 2 within max_inflight_qos2, the upstream's
+//     receive quota, which MQTT 3.1.1 cannot see exceeded), and hands it to
+//     paho; after a reconnect it starts again from the oldest
+//     unacknowledged message, so the backlog drains as fast as the window
+//     allows;
 //   - the acker waits for the publishes in send order, acks the spool, frees
-//     the slots, and is the ack watchdog: its timer runs only while a publish
+//     their room in the window (which learns the link from their round
+//     trips), and is the ack watchdog: its timer runs only while a publish
 //     is in flight (idle costs nothing).
 //
 // The spool is the source of truth for what is still to be delivered. The
@@ -93,10 +95,13 @@ type Stats struct {
 	WatchdogTrips   uint64 // uplinks torn down by the ack watchdog
 	WriteTimeouts   uint64 // uplink writes that hit write_timeout
 
-	InFlight      int64  // upstream publishes not yet acknowledged (<= max_inflight)
-	SpoolMessages int64  // messages waiting for an upstream ack (incl. in flight)
-	SpoolBytes    int64  // their topic+payload bytes (bounded by spool max_bytes)
-	SpoolDropped  uint64 // messages dropped by the spool's overflow policy
+	InFlight      int64         // upstream publishes not yet acknowledged (<= max_inflight)
+	InFlightBytes int64         // their size on the wire, about
+	Window        int64         // the send window in bytes with max_inflight auto (0: fixed, or not connected)
+	MinRTT        time.Duration // the connection's round-trip floor (send to ack), 0 before the first ack
+	SpoolMessages int64         // messages waiting for an upstream ack (incl. in flight)
+	SpoolBytes    int64         // their topic+payload bytes (bounded by spool max_bytes)
+	SpoolDropped  uint64        // messages dropped by the spool's overflow policy
 
 	Sent          uint64 // PUBLISH handed to the uplink (re-sends included)
 	Resumed       uint64 // QoS 1/2 flows re-sent after a reconnect under their original packet id
@@ -122,6 +127,7 @@ type Bridge struct {
 	tmpDir   string                      // spool dir made by Open when none is configured; removed by Run
 	filters  []string                    // local filters registered as sinks by Open
 	lastRead atomic.Int64                // unix nanos of the last byte read from upstream
+	win      atomic.Pointer[sendWindow]  // the current connection's window, for Stats
 	running  atomic.Bool
 
 	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
@@ -321,6 +327,10 @@ func (b *Bridge) Stats() Stats {
 	st.WatchdogTrips = b.trips.Load()
 	st.WriteTimeouts = b.writeTimeouts.Load()
 	st.InFlight = b.inflight.Load()
+	if w := b.win.Load(); w != nil {
+		_, bytes, cwnd, rtt := w.snapshot()
+		st.InFlightBytes, st.Window, st.MinRTT = int64(bytes), int64(cwnd), rtt
+	}
 	st.Sent = b.sent.Load()
 	st.Resumed = b.store.resumed.Load()
 	st.Acked = b.acked.Load()
@@ -715,27 +725,19 @@ func waitAll(ctx context.Context, chs []<-chan struct{}, d time.Duration) error 
 
 // inflight is a publish handed to paho and not yet acknowledged.
 type inflight struct {
-	id   spool.ID
-	tok  mqtt.Token // nil for a publish paho re-sent from the store on connect
-	out  *outbound  // its store entry (QoS 1/2); nil for QoS 0 or if paho refused it
-	qos  byte
-	qos2 bool // holds a slot of the QoS 2 window too
-	sent time.Time
+	id  spool.ID
+	tok mqtt.Token // nil for a publish paho re-sent from the store on connect
+	out *outbound  // its store entry (QoS 1/2); nil for QoS 0 or if paho refused it
+	st  stamp      // its room in the send window: size, QoS, send time
 }
 
-// windows are a session's send windows: semaphores the sender fills and
-// the acker empties, in send order.
-type windows struct {
-	all  chan struct{} // every publish in flight: max_inflight
-	qos2 chan struct{} // QoS 2 flows in flight: max_inflight_qos2 (<= max_inflight)
-}
-
-// release frees the slots f holds.
-func (w windows) release(f inflight) {
-	if f.qos2 {
-		<-w.qos2
+// windowLimits returns the count cap of the send window and whether it is
+// sized by the link (max_inflight auto).
+func (b *Bridge) windowLimits() (maxCount int, auto bool) {
+	if b.cfg.MaxInflight == MaxInflightAuto {
+		return autoMaxCount, true
 	}
-	<-w.all
+	return b.cfg.MaxInflight, false
 }
 
 // serve runs a connected session until it is lost or ctx ends.
@@ -745,11 +747,10 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	b.setState(Connected, s.addr.Redacted(), nil)
 
 	sctx, cancel := context.WithCancel(ctx)
-	win := windows{
-		all:  make(chan struct{}, b.cfg.MaxInflight),
-		qos2: make(chan struct{}, min(b.cfg.MaxInflightQoS2, b.cfg.MaxInflight)),
-	}
-	pending := make(chan inflight, b.cfg.MaxInflight) // never blocks: win.all bounds it
+	maxCount, auto := b.windowLimits()
+	win := newSendWindow(maxCount, b.cfg.MaxInflightQoS2, auto, time.Now())
+	b.win.Store(win)
+	pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
@@ -774,6 +775,7 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	s.slot.close()
 	wg.Wait()
 	b.inflight.Store(0)
+	b.win.Store(nil)
 	b.disconnects.Add(1)
 	b.setState(Disconnected, "", why)
 }
@@ -806,42 +808,33 @@ func (s *session) drain() {
 	}
 }
 
-// take waits for a slot of sem; false if ctx ended first.
-func take(ctx context.Context, sem chan<- struct{}) bool {
-	select {
-	case sem <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// send is the session's sender: it keeps up to max_inflight spool
-// messages in flight, of which up to max_inflight_qos2 QoS 2 flows,
-// oldest first, starting from the oldest unacked one. A QoS 2 message
-// waits for a QoS 2 slot in its turn (order is kept). The publishes paho
-// re-sent on connect come first: they hold slots and are not sent again.
-func (s *session) send(ctx context.Context, win windows, pending chan<- inflight) {
+// send is the session's sender: it keeps spool messages in flight as
+// the send window allows (window.go), oldest first, starting from the
+// oldest unacked one. A message waits for room in its turn (order is
+// kept): a QoS 2 message for a slot of max_inflight_qos2 too. The
+// publishes paho re-sent on connect come first: they hold room and are
+// not sent again.
+func (s *session) send(ctx context.Context, win *sendWindow, pending chan<- inflight) {
 	b := s.b
 	sp := b.spool.Load()
 	resent := make(map[spool.ID]bool)
 	now := time.Now()
 	for _, e := range b.store.pending() {
-		// A resumed QoS 2 flow still holds the broker's quota.
-		q2 := b.store.isQoS2(e)
-		if !take(ctx, win.all) || (q2 && !take(ctx, win.qos2)) {
-			return
+		// A resumed QoS 2 flow still holds the broker's quota. These are
+		// on the wire already: they take room whether it is there or not
+		// (never more than the caps: they were in flight under them).
+		qos := byte(1)
+		if b.store.isQoS2(e) {
+			qos = 2
 		}
+		st := win.add(b.store.wireSize(e), qos, now)
 		resent[e.rec] = true
 		b.inflight.Add(1)
 		b.sent.Add(1)
-		pending <- inflight{id: e.rec, out: e, qos: 1, qos2: q2, sent: now}
+		pending <- inflight{id: e.rec, out: e, st: st}
 	}
 	var last spool.ID
 	for {
-		if !take(ctx, win.all) {
-			return
-		}
 		var (
 			id  spool.ID
 			m   spool.Message
@@ -861,8 +854,10 @@ func (s *session) send(ctx context.Context, win windows, pending chan<- inflight
 			}
 			delete(resent, id)
 		}
-		q2 := m.QoS == 2
-		if q2 && !take(ctx, win.qos2) { // the upstream's receive quota; over 3.1.1 a refusal is invisible
+		// For QoS 2 the window holds the upstream's receive quota too;
+		// over 3.1.1 a refusal is invisible.
+		st, ok := win.acquire(ctx, publishSize(m.Topic, len(m.Payload)), m.QoS)
+		if !ok {
 			return
 		}
 		var out *outbound
@@ -877,13 +872,13 @@ func (s *session) send(ctx context.Context, win windows, pending chan<- inflight
 			out = b.store.announce(id)
 		}
 		b.inflight.Add(1)
-		now := time.Now()
+		st.sent = time.Now()
 		tok := s.client.Publish(m.Topic, m.QoS, m.Retain, m.Payload)
 		if out != nil && !b.store.taken(out) {
 			out = nil // refused by paho: its token carries the error
 		}
 		b.sent.Add(1)
-		pending <- inflight{id: id, tok: tok, out: out, qos: m.QoS, qos2: q2, sent: now}
+		pending <- inflight{id: id, tok: tok, out: out, st: st}
 	}
 }
 
@@ -891,7 +886,7 @@ func (s *session) send(ctx context.Context, win windows, pending chan<- inflight
 // send order (MQTT acks QoS 1/2 in order [MQTT-4.6.0-2]), frees their
 // window slots, and tears the uplink down if the oldest one is older than
 // ack_timeout with nothing read from upstream since it was sent.
-func (s *session) ack(ctx context.Context, win windows, pending <-chan inflight) {
+func (s *session) ack(ctx context.Context, win *sendWindow, pending <-chan inflight) {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -903,7 +898,7 @@ func (s *session) ack(ctx context.Context, win windows, pending <-chan inflight)
 		case <-ctx.Done():
 			return
 		}
-		timer.Reset(time.Until(f.sent.Add(b.cfg.AckTimeout)))
+		timer.Reset(time.Until(f.st.sent.Add(b.cfg.AckTimeout)))
 		// A QoS 1/2 publish is complete when paho deletes it from the
 		// store (PUBACK/PUBCOMP); its token, if any, reports a failure to
 		// send it. A QoS 0 publish is complete when its token is.
@@ -931,7 +926,7 @@ func (s *session) ack(ctx context.Context, win windows, pending <-chan inflight)
 				}
 				tokDone = nil // acked; paho's Del came first or follows at once
 			case <-timer.C:
-				if b.lastRead.Load() < f.sent.UnixNano() {
+				if b.lastRead.Load() < f.st.sent.UnixNano() {
 					b.trips.Add(1)
 					s.teardown(fmt.Errorf("ack watchdog: no ack for %s and nothing from upstream", b.cfg.AckTimeout))
 					return
@@ -945,13 +940,13 @@ func (s *session) ack(ctx context.Context, win windows, pending <-chan inflight)
 		// record (the store's Del): a paho token can complete without one
 		// (resume's claimID, TestTokenCompletedByResumeIsNotAnAck).
 		if f.out == nil {
-			if f.qos > 0 { // paho refused it without an error: never the case in 1.5.1
+			if f.st.qos > 0 { // paho refused it without an error: never the case in 1.5.1
 				s.teardown(fmt.Errorf("publish of record %d completed without being stored", f.id))
 				return
 			}
 			b.completed(f.id) // QoS 0: complete once written
 		}
 		b.inflight.Add(-1)
-		win.release(f)
+		win.release(f.st, time.Now())
 	}
 }

@@ -64,7 +64,11 @@ type Config struct {
 	ConnectTimeout time.Duration // dial + TLS + CONNACK; default 10s
 	WriteTimeout   time.Duration // deadline of every uplink write; default 5s
 	AckTimeout     time.Duration // ack watchdog; default 20s
-	MaxInflight    int           // unacknowledged upstream publishes; default 32
+	// MaxInflight caps the unacknowledged upstream publishes. The default,
+	// MaxInflightAuto (0), sizes them by the link: bytes in flight against
+	// twice the bandwidth-delay product measured from ack round trips
+	// (window.go), at most 8192 publishes and 16 MiB.
+	MaxInflight int
 	// MaxInflightQoS2 bounds the QoS 2 flows among them (PUBLISH sent,
 	// PUBCOMP not yet received); default 20, never more than MaxInflight.
 	// A broker holds a receive quota for each until the flow ends, and
@@ -98,7 +102,8 @@ const (
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultWriteTimeout   = 5 * time.Second
 	DefaultAckTimeout     = 20 * time.Second
-	DefaultMaxInflight    = 32
+	// MaxInflightAuto is MaxInflight sized by the link, the default.
+	MaxInflightAuto = 0
 	// DefaultMaxInflightQoS2 is mosquitto's default per-client quota of
 	// incoming QoS 2 flows (max_inflight_messages 20).
 	DefaultMaxInflightQoS2 = 20
@@ -119,9 +124,6 @@ func (c *Config) setDefaults() {
 	def(&c.ReconnectMin, DefaultReconnectMin)
 	def(&c.ReconnectMax, DefaultReconnectMax)
 	def(&c.SpoolSyncInterval, spool.DefaultSyncInterval)
-	if c.MaxInflight == 0 {
-		c.MaxInflight = DefaultMaxInflight
-	}
 	if c.MaxInflightQoS2 == 0 {
 		c.MaxInflightQoS2 = DefaultMaxInflightQoS2
 	}
@@ -216,8 +218,8 @@ func (c Config) compile() (*compiled, error) {
 	if c.ReconnectMax < c.ReconnectMin {
 		bad("reconnect_max", "%s is below reconnect_min %s", c.ReconnectMax, c.ReconnectMin)
 	}
-	if c.MaxInflight < 1 || c.MaxInflight > 65535 {
-		bad("max_inflight", "%d: must be 1..65535", c.MaxInflight)
+	if c.MaxInflight < 0 || c.MaxInflight > 65535 {
+		bad("max_inflight", "%d: must be 1..65535, or 0 for auto", c.MaxInflight)
 	}
 	if c.MaxInflightQoS2 < 1 || c.MaxInflightQoS2 > 65535 {
 		bad("max_inflight_qos2", "%d: must be 1..65535", c.MaxInflightQoS2)

@@ -9,7 +9,9 @@ package bridge_test
 // counts QoS 1/2 PUBLISH packets it forwarded upstream that have not yet
 // been acknowledged back to the bridge, and the re-sends after a
 // reconnect: PUBLISH with DUP set, and PUBREL for an id with no PUBREC on
-// that connection. PROXY_TRACE=1 logs every publish-flow packet.
+// that connection. setLink makes it a slow link: a one-way delay each way
+// and a bandwidth per direction (packets queue behind each other, as in a
+// modem's buffer). PROXY_TRACE=1 logs every publish-flow packet.
 
 import (
 	"bufio"
@@ -37,6 +39,9 @@ type proxy struct {
 	thaw        chan struct{} // nil when not frozen; closed on unfreeze
 	refuse      bool
 	ackDelay    time.Duration
+	oneWay      time.Duration // delay added each way (setLink)
+	rate        int           // bytes/s each way; 0: unlimited
+	fwdBytes    int64         // bytes forwarded bridge -> broker
 	conns       []net.Conn
 	maxOutstand int // largest per-connection count of unacked QoS>0 PUBLISH
 	accepted    int
@@ -127,6 +132,22 @@ func (p *proxy) setAckDelay(d time.Duration) {
 	p.mu.Unlock()
 }
 
+// setLink delays every packet by oneWay in each direction (a round trip
+// of 2*oneWay) and, if rate > 0, lets at most rate bytes per second
+// through each way.
+func (p *proxy) setLink(oneWay time.Duration, rate int) {
+	p.mu.Lock()
+	p.oneWay, p.rate = oneWay, rate
+	p.mu.Unlock()
+}
+
+// forwarded returns the bytes forwarded from the bridge to the broker.
+func (p *proxy) forwarded() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fwdBytes
+}
+
 func (p *proxy) maxOutstanding() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -203,7 +224,7 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 	defer pc.p.wg.Done()
 	defer src.Close()
 	defer dst.Close()
-	frames := make(chan frame, 4096)
+	frames := make(chan frame, 1<<16)
 	var ww sync.WaitGroup
 	ww.Add(1)
 	go func() { // writer: honours the delay without holding up the reader
@@ -211,7 +232,15 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 		defer dst.Close()
 		t := time.NewTimer(0)
 		defer t.Stop()
+		var free time.Time // when the link is free again (rate)
 		for f := range frames {
+			pc.p.mu.Lock()
+			rate := pc.p.rate
+			pc.p.mu.Unlock()
+			if rate > 0 { // the packet leaves when the link is free and it is due
+				f.due = maxTime(f.due, free)
+				free = f.due.Add(time.Duration(len(f.b)) * time.Second / time.Duration(rate))
+			}
 			if d := time.Until(f.due); d > 0 {
 				t.Reset(d)
 				select {
@@ -225,6 +254,10 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 			}
 			if !up {
 				pc.acked(f.b)
+			} else {
+				pc.p.mu.Lock()
+				pc.p.fwdBytes += int64(len(f.b))
+				pc.p.mu.Unlock()
 			}
 			if _, err := dst.Write(f.b); err != nil {
 				pc.p.gate() // as above: no close passes a frozen proxy
@@ -248,7 +281,9 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 		if os.Getenv("PROXY_TRACE") != "" {
 			tracePacket(pc, up, b)
 		}
-		due := time.Now()
+		pc.p.mu.Lock()
+		due := time.Now().Add(pc.p.oneWay)
+		pc.p.mu.Unlock()
 		if up {
 			pc.sent(b)
 		} else {
@@ -324,6 +359,13 @@ func (pc *pconn) acked(b []byte) {
 	pc.mu.Lock()
 	delete(pc.out, id)
 	pc.mu.Unlock()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // readPacket reads one whole MQTT packet.

@@ -22,7 +22,7 @@ func TestQoS2IntoDefaultMosquitto(t *testing.T) {
 	up := startMosquittoDefault(t)
 	gw := startGateway(t)
 	cfg := testConfig(t, "b1", up.url())
-	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: 32, 20
+	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
 	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
 	upSub := subscribe(t, up.addr(), "up-sub", "sensors/#", 2)
 	b := runBridge(t, cfg, gw.srv)

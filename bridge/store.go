@@ -161,6 +161,17 @@ func (s *uplinkStore) isQoS2(e *outbound) bool {
 	return false
 }
 
+// wireSize returns the size on the wire of e's stored packet, about (for
+// the send window).
+func (s *uplinkStore) wireSize(e *outbound) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := e.pkt.(*packets.PublishPacket); ok {
+		return publishSize(p.TopicName, len(p.Payload))
+	}
+	return 4 // PUBREL
+}
+
 // pending returns the publishes not yet completed, oldest first: after a
 // connect, paho has just re-sent them in that order.
 func (s *uplinkStore) pending() []*outbound {
