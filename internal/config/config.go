@@ -218,8 +218,10 @@ type Bridge struct {
 	WriteTimeout   time.Duration `mapstructure:"write_timeout"` // deadline of every uplink write
 	// AckTimeout: oldest unacked publish older than this with nothing heard
 	// from upstream tears the uplink down.
-	AckTimeout  time.Duration `mapstructure:"ack_timeout"`
-	MaxInflight int           `mapstructure:"max_inflight"` // unacked upstream publishes
+	AckTimeout time.Duration `mapstructure:"ack_timeout"`
+	// MaxInflight bounds the unacked upstream publishes: auto (the
+	// default) sizes them by the link, a number is a fixed cap.
+	MaxInflight Window `mapstructure:"max_inflight"`
 	// MaxInflightQoS2 bounds the QoS 2 flows among them (the upstream's
 	// receive quota; mosquitto's default is 20); at most MaxInflight.
 	MaxInflightQoS2 int           `mapstructure:"max_inflight_qos2"`
@@ -335,7 +337,7 @@ func DefaultBridge() Bridge {
 		ConnectTimeout:  10 * time.Second,
 		WriteTimeout:    5 * time.Second,
 		AckTimeout:      20 * time.Second,
-		MaxInflight:     32,
+		MaxInflight:     WindowAuto,
 		MaxInflightQoS2: 20,
 		ReconnectMin:    1 * time.Second,
 		ReconnectMax:    60 * time.Second,

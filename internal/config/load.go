@@ -359,6 +359,7 @@ func applyDerivedDefaults(cfg *Config) {
 var (
 	durationType = reflect.TypeFor[time.Duration]()
 	sizeType     = reflect.TypeFor[int64]()
+	windowType   = reflect.TypeFor[Window]()
 )
 
 // decodeHook converts YAML/env values to the config's Go types with
@@ -378,6 +379,8 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 			}
 			return nil, fmt.Errorf("duration %v has no unit (write e.g. %vs or %vms)", d, d, d)
 		}
+	case to == windowType:
+		return parseWindow(data)
 	case to == sizeType:
 		switch d := data.(type) {
 		case string:

@@ -178,7 +178,7 @@ listeners:
 				}
 				b := c.Bridges[0]
 				if b.Keepalive != 45*time.Second || b.ConnectTimeout != 10*time.Second || b.WriteTimeout != 5*time.Second ||
-					b.AckTimeout != 20*time.Second || b.MaxInflight != 32 || b.MaxInflightQoS2 != 20 || b.ReconnectMin != time.Second ||
+					b.AckTimeout != 20*time.Second || b.MaxInflight != WindowAuto || b.MaxInflightQoS2 != 20 || b.ReconnectMin != time.Second ||
 					b.ReconnectMax != time.Minute || b.Spool.MaxBytes != 1<<30 || b.Password != "s3cret" || b.TLS.CA != "/etc/ssl/ca.pem" {
 					t.Errorf("bridge 0 = %+v", b)
 				}

@@ -58,6 +58,11 @@ func toNode(v reflect.Value) *yaml.Node {
 	switch {
 	case v.Type() == durationType:
 		return scalar("!!str", FormatDuration(time.Duration(v.Int())))
+	case v.Type() == windowType:
+		if w := Window(v.Int()); w != WindowAuto {
+			return scalar("!!int", w.String())
+		}
+		return scalar("!!str", WindowAuto.String())
 	case v.Type() == sizeType:
 		s := FormatSize(v.Int())
 		if _, err := strconv.ParseInt(s, 10, 64); err == nil {

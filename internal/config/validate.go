@@ -338,8 +338,8 @@ func (c Config) validateBridges(es *Errors) {
 		positiveDuration(es, k+".connect_timeout", b.ConnectTimeout)
 		positiveDuration(es, k+".write_timeout", b.WriteTimeout)
 		positiveDuration(es, k+".ack_timeout", b.AckTimeout)
-		if b.MaxInflight < 1 || b.MaxInflight > maxInflightMQTT {
-			es.add(k+".max_inflight", "must be in 1..%d (got %d)", maxInflightMQTT, b.MaxInflight)
+		if b.MaxInflight < WindowAuto || b.MaxInflight > maxInflightMQTT {
+			es.add(k+".max_inflight", "must be auto or in 1..%d (got %d)", maxInflightMQTT, b.MaxInflight)
 		}
 		if b.MaxInflightQoS2 < 1 || b.MaxInflightQoS2 > maxInflightMQTT {
 			es.add(k+".max_inflight_qos2", "must be in 1..%d (got %d)", maxInflightMQTT, b.MaxInflightQoS2)

@@ -133,7 +133,7 @@ func TestValidate(t *testing.T) {
 		{"bridge timing", func(c *Config) {
 			b := validBridge()
 			b.Keepalive, b.ConnectTimeout, b.WriteTimeout, b.AckTimeout = 0, 0, 0, 0
-			b.MaxInflight, b.MaxInflightQoS2 = 0, 0
+			b.MaxInflight, b.MaxInflightQoS2 = -1, 0
 			b.ReconnectMin, b.ReconnectMax = 2*time.Minute, time.Minute
 			b.Spool.MaxBytes = 0
 			c.Bridges = []Bridge{b}
