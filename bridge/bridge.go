@@ -669,6 +669,7 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
 		return nil, ctx.Err()
 	}
 	if err := tok.Error(); err != nil {
+		s.slot.close() // paho closes it too; this also ends its writer
 		if ct, ok := tok.(*mqtt.ConnectToken); ok && ct.ReturnCode() == packets.ErrRefusedBadProtocolVersion && b.protocol != 4 {
 			b.log.Info("upstream refuses the bridge protocol flag; using plain MQTT 3.1.1", "address", u.Redacted())
 			b.protocol = 4

@@ -4,12 +4,12 @@ package bridge
 // open-connection hook) and gets a deadlineConn, so that every write paho
 // makes, PINGREQ included, has a deadline (field report 003), and every read
 // is time-stamped for the ack watchdog; the publish flows' packet ids are
-// rewritten on the way (wireid.go).
+// rewritten on the way (wireid.go), and writes are batched
+// (batchwrite.go).
 
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -21,18 +21,18 @@ import (
 )
 
 // deadlineConn wraps the uplink's net.Conn. It owns the write deadline:
-// each Write sets now+timeout, and paho's own SetWriteDeadline calls are
+// its batchWriter writes in chunks with a deadline of timeout each, so the
+// deadline measures progress, and paho's own SetWriteDeadline calls are
 // ignored (paho clears the deadline after each packet, which would undo
-// ours). Writes are split into chunks with a deadline each, so the deadline
-// measures progress. A chunk of a WebSocket transport is its own frame,
-// which MQTT over WebSocket allows (a packet may span frames). A write that times out calls onTimeout and closes the connection,
-// so paho's reader fails and reports the connection lost.
+// ours). A chunk of a WebSocket transport is its own frame, which MQTT
+// over WebSocket allows (a packet may span frames). A write that times out
+// calls onTimeout and closes the connection, so paho's reader fails and
+// reports the connection lost.
 type deadlineConn struct {
 	net.Conn
-	timeout   time.Duration
-	lastRead  *atomic.Int64 // unix nanos of the last read that returned data
-	onTimeout func(error)
-	store     *uplinkStore
+	lastRead *atomic.Int64 // unix nanos of the last read that returned data
+	store    *uplinkStore
+	w        *batchWriter
 
 	// Read side, used only by paho's reader goroutine.
 	acks  ackRewriter
@@ -42,31 +42,25 @@ type deadlineConn struct {
 }
 
 // writeChunk is the most written under one deadline: write_timeout bounds
-// a write that makes no progress, not the time a large PUBLISH takes on a
-// slow link.
-const writeChunk = 32 << 10
+// a write that makes no progress, not the time a large PUBLISH (or a
+// batch of small ones, batchwrite.go) takes on a slow link. Small enough
+// that a 64 kbit/s link that is still moving passes it well within the
+// default write_timeout; TLS does not allow a write to be resumed after
+// its deadline, so the chunk, not a retry, is what measures progress.
+const writeChunk = 4 << 10
 
+// Write takes one packet from paho (paho writes one per call), rewrites
+// its packet id and hands it to the batch writer.
 func (c *deadlineConn) Write(p []byte) (int, error) {
 	rewriteOutgoing(c.store, p)
-	done := 0
-	for done < len(p) {
-		end := min(len(p), done+writeChunk)
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
-			return done, fmt.Errorf("set write deadline: %w", err)
-		}
-		n, err := c.Conn.Write(p[done:end])
-		done += n
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				c.onTimeout(err)
-				c.Conn.Close()
-			}
-			return done, err
-		}
-	}
-	return done, nil
+	return c.w.Write(p)
 }
+
+// Close flushes what is buffered (within the write timeout) and closes.
+func (c *deadlineConn) Close() error { return c.w.Close() }
+
+// abort closes at once, dropping what is buffered.
+func (c *deadlineConn) abort() { c.w.abort() }
 
 // Read returns the upstream bytes with the packet ids of acks rewritten
 // (wireid.go). paho reads a packet's header a byte at a time, so the
@@ -85,6 +79,11 @@ func (c *deadlineConn) Read(p []byte) (int, error) {
 			c.ready = c.acks.filter(c.rbuf[:n], c.rbuf[readBlock:readBlock])
 		}
 		c.rerr = err
+		if err != nil {
+			if broken := c.w.brokenErr(); broken != nil {
+				c.rerr = fmt.Errorf("uplink broken: %w", broken)
+			}
+		}
 	}
 	n := copy(p, c.ready)
 	c.ready = c.ready[n:]
@@ -105,15 +104,15 @@ func (c *deadlineConn) SetWriteDeadline(time.Time) error { return nil }
 // connection set later is closed at once.
 type connSlot struct {
 	mu     sync.Mutex
-	conn   net.Conn
+	conn   *deadlineConn
 	closed bool
 }
 
-func (s *connSlot) set(c net.Conn) bool {
+func (s *connSlot) set(c *deadlineConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		c.Close()
+		c.abort()
 		return false
 	}
 	s.conn = c
@@ -125,7 +124,7 @@ func (s *connSlot) close() {
 	defer s.mu.Unlock()
 	s.closed = true
 	if s.conn != nil {
-		s.conn.Close()
+		s.conn.abort()
 	}
 }
 
@@ -165,11 +164,12 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, slot *connSlot, onTimeout
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), err)
 	}
-	if !slot.set(c) {
+	dc := &deadlineConn{
+		Conn: c, lastRead: &b.lastRead, store: b.store, acks: ackRewriter{st: b.store},
+		w: newBatchWriter(c, b.cfg.WriteTimeout, onTimeout),
+	}
+	if !slot.set(dc) {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
 	}
-	return &deadlineConn{
-		Conn: c, timeout: b.cfg.WriteTimeout, lastRead: &b.lastRead, onTimeout: onTimeout,
-		store: b.store, acks: ackRewriter{st: b.store},
-	}, nil
+	return dc, nil
 }

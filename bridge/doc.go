@@ -54,9 +54,12 @@
 // acknowledged locally survives an uplink outage, a crash and a reboot
 // (SpoolSync "batch" or "always"; with "none" a power loss may lose the last
 // moments) and reaches the cloud at least once. After every reconnect the
-// unacknowledged messages are sent again from the spool, oldest first, at a
-// window of max_inflight: the order of first copies is the local order, and
-// a message whose ack was lost with the connection arrives twice.
+// unacknowledged messages are sent again from the spool, oldest first, as
+// fast as the send window allows (window.go: sized by the link with
+// max_inflight auto, the default; a fixed count otherwise; QoS 2 within
+// max_inflight_qos2): the order of first copies is the local order, and a
+// message whose ack was lost with the connection arrives twice (at most
+// the publishes that were in flight).
 //
 // QoS 2 is exactly once across reconnects when the upstream session is
 // persistent (clean_session: false): the bridge's paho store outlives each
@@ -94,7 +97,8 @@
 // A half-open uplink is found within seconds:
 //
 //   - write deadline: every write to the socket, PINGREQ included, has a
-//     deadline of write_timeout for each 32 KiB it makes progress on; a
+//     deadline of write_timeout for each 4 KiB it makes progress on
+//     (writes are batched, batchwrite.go); a
 //     write that times out closes the uplink (Stats.WriteTimeouts);
 //   - ack watchdog: if the oldest unacknowledged publish is older than
 //     ack_timeout and nothing at all was read from upstream since it was

@@ -48,8 +48,8 @@ func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &deadlineConn{Conn: c, timeout: 5 * time.Second, lastRead: &lastRead, onTimeout: func(error) {},
-				store: st, acks: ackRewriter{st: st}}, nil
+			return &deadlineConn{Conn: c, lastRead: &lastRead, store: st, acks: ackRewriter{st: st},
+				w: newBatchWriter(c, 5*time.Second, func(error) {})}, nil
 		})
 	c := mqtt.NewClient(o)
 	connect := func() {

@@ -1,16 +1,25 @@
 # Benchmark targets; included from the top-level Makefile.
 #
 #   make bench        edgegw vs mosquitto side by side (~10 min), writes
-#                     bench/results/<date>.md, latest.md, latest.png
+#                     bench/results/<date>.md, latest.md, latest.png;
+#                     then the drain benchmark (bench-drain)
 #   make bench-quick  the same with 2 s per scenario and 1000 idle connections
+#                     (no drain)
+#   make bench-drain  a bridge's backlog drained over a slow link, edgegw's
+#                     bridge vs mosquitto's (~4 min), writes
+#                     bench/results/drain-<date>.md, drain-latest.md
 #
 # Knobs: BENCH_DURATION, BENCH_SCENARIOS, BENCH_BROKERS, BENCH_IDLE_CONNS
-# (see bench/README.md).
+# (see bench/README.md); DRAIN_SCENARIOS, DRAIN_GATEWAYS for the drain.
 
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bench-drain
 
 bench:
 	./bench/run.sh
+	./bench/drain.sh
+
+bench-drain:
+	./bench/drain.sh
 
 bench-quick:
 	BENCH_DURATION=2s BENCH_IDLE_CONNS=1000 ./bench/run.sh

@@ -4,7 +4,7 @@
 //
 //	edgegw-bench <scenario> [flags]
 //
-// Scenarios: fanin, fanout, latency, idle, slowsub, bidir-qos2.
+// Scenarios: fanin, fanout, latency, idle, slowsub, bidir-qos2, drain.
 package main
 
 import (
@@ -53,6 +53,18 @@ type Result struct {
 	SetupS      float64 `json:"setup_s,omitempty"`     // idle
 	Cycles      int     `json:"cycles,omitempty"`      // slowsub: subscriber connections
 
+	// drain: the backlog and the link, and what came of them.
+	Backlog    int     `json:"backlog,omitempty"`
+	QoS2Every  int     `json:"qos2_every,omitempty"` // mixed: every n-th backlog message QoS 2
+	RTTms      float64 `json:"rtt_ms,omitempty"`
+	LinkRate   int     `json:"link_rate,omitempty"`   // bytes/s each way; 0 = unlimited
+	ReconnectS float64 `json:"reconnect_s,omitempty"` // link up -> the bridge's first connection through it
+	DrainS     float64 `json:"drain_s,omitempty"`     // that connection -> the last backlog message upstream
+	LinkUse    float64 `json:"link_use,omitempty"`    // bytes sent upstream / link capacity over DrainS
+	LiveSent   int64   `json:"live_sent,omitempty"`
+	LiveLost   int64   `json:"live_lost,omitempty"`
+	Dups2      int64   `json:"dups_qos2,omitempty"` // QoS 2 backlog duplicates
+
 	ReaderErrors int64  `json:"reader_errors,omitempty"`
 	Pass         *bool  `json:"pass,omitempty"` // bidir-qos2
 	Error        string `json:"error,omitempty"`
@@ -65,10 +77,11 @@ var scenarios = map[string]func(context.Context, *config, *Result) error{
 	"idle":       runIdle,
 	"slowsub":    runSlowsub,
 	"bidir-qos2": runBidirQoS2,
+	"drain":      runDrain,
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "usage: edgegw-bench <fanin|fanout|latency|idle|slowsub|bidir-qos2> [flags]")
+	fmt.Fprintln(w, "usage: edgegw-bench <fanin|fanout|latency|idle|slowsub|bidir-qos2|drain> [flags]")
 	if fs != nil {
 		fs.SetOutput(w)
 		fs.PrintDefaults()
@@ -97,6 +110,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.window, "window", 16, "in-flight QoS 1/2 publishes per publisher")
 	fs.StringVar(&cfg.readyFile, "ready-file", "", "idle: write this file once all connections are up")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a summary")
+	fs.StringVar(&cfg.upstream, "upstream", "", "drain: the upstream broker the gateway bridges to")
+	fs.StringVar(&cfg.proxy, "proxy", "", "drain: listen address of the slow link (the gateway's bridge address)")
+	fs.DurationVar(&cfg.rtt, "rtt", 50*time.Millisecond, "drain: the link's round trip")
+	fs.IntVar(&cfg.linkRate, "link-rate", 0, "drain: the link's bytes/s each way (0 = unlimited)")
+	fs.IntVar(&cfg.qos2Every, "qos2-every", 0, "drain: mixed backlog, every n-th message QoS 2 and the rest QoS 1")
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		usage(stderr, fs)
 		return 2
@@ -148,6 +166,11 @@ func summary(w io.Writer, r *Result) {
 	case "idle":
 		fmt.Fprintf(w, "  connections: %d established, %d failed, %d dropped during hold; setup %.2fs\n",
 			r.Established, r.Failed, r.Dropped, r.SetupS)
+	case "drain":
+		fmt.Fprintf(w, "  backlog %d over rtt %.0fms (link %d B/s): lost %d, duplicates %d (QoS 2: %d); live sent %d, lost %d\n",
+			r.Backlog, r.RTTms, r.LinkRate, r.Lost, r.Dups, r.Dups2, r.LiveSent, r.LiveLost)
+		fmt.Fprintf(w, "  reconnect %.2fs, drained in %.2fs (%.0f msg/s), link use %.0f%%; live latency p50 %.0fms p99 %.0fms\n",
+			r.ReconnectS, r.DrainS, r.MsgPerS, 100*r.LinkUse, r.LatP50us/1e3, r.LatP99us/1e3)
 	case "slowsub":
 		fmt.Fprintf(w, "  publisher: sent %d (%.0f msg/s), acked %d; subscriber: %d connections, %d messages received, never acked\n",
 			r.Sent, r.SendPerS, r.Acked, r.Cycles, r.Received)

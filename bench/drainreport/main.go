@@ -1,0 +1,133 @@
+// Command drain-report turns the drain benchmark's raw results (JSON
+// lines written by bench/drain.sh) into a markdown table, one row per
+// scenario with the gateways side by side.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// record is one line of drain.sh's raw output.
+type record struct {
+	Gateway  string `json:"gateway"`
+	Scenario string `json:"scenario"`
+	Exit     int    `json:"exit"`
+	Gen      struct {
+		QoS        int     `json:"qos"`
+		QoS2Every  int     `json:"qos2_every"`
+		Backlog    int     `json:"backlog"`
+		RTTms      float64 `json:"rtt_ms"`
+		LinkRate   int     `json:"link_rate"`
+		ReconnectS float64 `json:"reconnect_s"`
+		DrainS     float64 `json:"drain_s"`
+		MsgPerS    float64 `json:"msg_per_s"`
+		LinkUse    float64 `json:"link_use"`
+		LatP50us   float64 `json:"lat_p50_us"`
+		LatP99us   float64 `json:"lat_p99_us"`
+		Lost       int64   `json:"lost"`
+		Dups       int64   `json:"dups"`
+		Dups2      int64   `json:"dups_qos2"`
+		LiveSent   int64   `json:"live_sent"`
+		LiveLost   int64   `json:"live_lost"`
+		Error      string  `json:"error"`
+	} `json:"gen"`
+}
+
+func main() {
+	in := flag.String("in", "", "raw results (JSON lines)")
+	md := flag.String("md", "", "write the markdown table here")
+	latest := flag.String("latest", "", "and a copy here")
+	title := flag.String("title", "edgegw drain benchmark", "table title")
+	oneLine := flag.Bool("line", false, "summarise the one record on stdin")
+	flag.Parse()
+	if *oneLine {
+		var r record
+		if err := json.NewDecoder(os.Stdin).Decode(&r); err != nil {
+			fmt.Fprintln(os.Stderr, "drain-report:", err)
+			os.Exit(1)
+		}
+		fmt.Println("   " + line(r))
+		return
+	}
+	recs, err := read(*in)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drain-report:", err)
+		os.Exit(1)
+	}
+	var b strings.Builder
+	table(&b, *title, recs)
+	for _, p := range []string{*md, *latest} {
+		if p == "" {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "drain-report:", err)
+			os.Exit(1)
+		}
+	}
+	if *md == "" {
+		fmt.Print(b.String())
+	}
+}
+
+func read(path string) ([]record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var recs []record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, sc.Err()
+}
+
+func line(r record) string {
+	g := r.Gen
+	s := fmt.Sprintf("%-11s %-10s backlog %5d: drained in %6.2fs (%6.0f msg/s), live p50 %6.0fms p99 %6.0fms, lost %d, QoS 2 dups %d",
+		r.Scenario, r.Gateway, g.Backlog, g.DrainS, g.MsgPerS, g.LatP50us/1e3, g.LatP99us/1e3, g.Lost+g.LiveLost, g.Dups2)
+	if g.LinkRate > 0 {
+		s += fmt.Sprintf(", link use %.0f%%", 100*g.LinkUse)
+	}
+	if g.Error != "" {
+		s += " ERROR: " + g.Error
+	}
+	return s
+}
+
+func table(w io.Writer, title string, recs []record) {
+	fmt.Fprintf(w, "# %s\n\n", title)
+	fmt.Fprintln(w, "Backlog built with the uplink down, then the link comes up; a live sensor publishes 10 msg/s meanwhile.")
+	fmt.Fprintln(w, "Upstream: Debian mosquitto, default configuration. *drain* runs from the bridge's first connection through the link to the last backlog message upstream;")
+	fmt.Fprintln(w, "*live* is the publish-to-upstream latency of live messages sent after that connection; *lost* counts backlog and live messages that never arrived.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scenario | gateway | backlog | drain s | drain msg/s | live p50 | live p99 | lost | QoS 2 dups | dups | link use | reconnect s |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range recs {
+		g := r.Gen
+		use := "—"
+		if g.LinkRate > 0 {
+			use = fmt.Sprintf("%.0f%%", 100*g.LinkUse)
+		}
+		errs := ""
+		if g.Error != "" {
+			errs = " (" + g.Error + ")"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.0f | %.0f ms | %.0f ms | %d%s | %d | %d | %s | %.1f |\n",
+			r.Scenario, r.Gateway, g.Backlog, g.DrainS, g.MsgPerS, g.LatP50us/1e3, g.LatP99us/1e3,
+			g.Lost+g.LiveLost, errs, g.Dups2, g.Dups, use, g.ReconnectS)
+	}
+}
