@@ -31,8 +31,9 @@ package bridge
 // The window only adds a bound: the count cap (max_inflight when the
 // operator sets a number, autoMaxCount otherwise) and the QoS 2 window
 // (max_inflight_qos2: the upstream's receive quota, which a 3.1.1 broker
-// cannot report exceeded) hold as before. mosquitto has no incoming quota
-// for QoS 1 over MQTT 3.1.1, so there QoS 1 uses what the link carries.
+// cannot report exceeded) hold as before. A QoS 1 flow does not hold
+// mosquitto's quota (it is complete at its PUBACK), so QoS 1 uses what the
+// link carries; it only needs one free place as it arrives (roomLocked).
 
 import (
 	"context"
