@@ -264,6 +264,17 @@ func (c *client) sendAck(t packet.Type, id uint16, code packet.ReasonCode) {
 	c.queueCtrl(ctrlItem{ack: t, id: id, code: code})
 }
 
+// queueCtrlQuiet queues it without starting a writer: the caller kicks
+// once more work is queued behind it. A running writer still sees it.
+func (c *client) queueCtrlQuiet(it ctrlItem) {
+	c.wmu.Lock()
+	if !c.closed && !c.closing {
+		c.ctrl = append(c.ctrl, it)
+		c.dirty = true
+	}
+	c.wmu.Unlock()
+}
+
 func (c *client) queueCtrl(it ctrlItem) {
 	c.wmu.Lock()
 	if !c.closed && !c.closing {

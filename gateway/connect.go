@@ -534,7 +534,11 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			sends = nil
 		}
 	}
-	c.sendCtrl(&packet.Suback{PacketID: p.PacketID, ReasonCodes: codes})
+	// The SUBACK is queued, but the writer is only woken once the retained
+	// messages are queued too: the writer sends the control lane first, so
+	// the SUBACK leads, and a client that has seen its SUBACK gets the
+	// retained messages before anything published after it.
+	c.queueCtrlQuiet(ctrlItem{p: &packet.Suback{PacketID: p.PacketID, ReasonCodes: codes}})
 	now := time.Now()
 	for _, rs := range sends {
 		var ids []uint32
@@ -550,6 +554,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now, nil) // [MQTT-3.3.1-8] retain flag set
 		})
 	}
+	c.kick()
 	return nil
 }
 
