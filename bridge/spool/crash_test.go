@@ -253,9 +253,9 @@ func FuzzOpen(f *testing.F) {
 // records those ranges leave (or refuses an unknown version).
 func FuzzAckLog(f *testing.F) {
 	ck := ackHeader()
-	ck = appendAckRecord(ck, ackRange{1, 2})
-	ck = appendAckRecord(ck, ackRange{1, 2})
-	ck = appendAckRecord(ck, ackRange{4, 4})
+	ck = appendAckRecord(ck, ackRange{first: 1, last: 2, why: remTallied})
+	ck = appendAckRecord(ck, ackRange{first: 1, last: 2, why: remTallied})
+	ck = appendAckRecord(ck, ackRange{first: 4, last: 4, why: remDelivered})
 	f.Add(ck)
 	f.Add(ck[:len(ck)-5])
 	f.Add([]byte{})
@@ -452,6 +452,8 @@ func testKill9(t *testing.T, async bool) {
 			dir := t.TempDir()
 			durable := map[ID]bool{}
 			var prevMax ID
+			var reported, ackedMax uint64 // IDs the children reported, and acked (at most)
+			var prev Ledger
 			for round := range 3 {
 				ids := runCrashChild(t, dir, mode, async, 50+rng.IntN(1500))
 				roundMax := prevMax
@@ -459,8 +461,11 @@ func testKill9(t *testing.T, async bool) {
 					if id <= prevMax {
 						t.Fatalf("round %d: id %d reused (previous rounds reached %d)", round, id, prevMax)
 					}
+					reported++
 					if id%3 != 0 { // the child acks multiples of 3
 						durable[id] = true
+					} else {
+						ackedMax++
 					}
 					roundMax = max(roundMax, id)
 				}
@@ -485,8 +490,20 @@ func testKill9(t *testing.T, async bool) {
 							round, id, len(es))
 					}
 				}
-				t.Logf("round %d: child reported %d ids, spool holds %d, corrupt tails %d, segments %d",
-					round, len(ids), len(es), st.CorruptTail, st.Segments)
+				// The ledger adds up after kill -9 (ledger.go): nothing is
+				// lost or unknown, every reported record is accepted, no
+				// more are delivered than the children acked, and nothing
+				// counted before is forgotten.
+				l := st.Ledger
+				if l.Sum() != l.Accepted || l.Mismatch != 0 || l.Live != uint64(len(es)) ||
+					l.Dropped[DropLost] != 0 || l.Unknown != 0 || l.Accepted < reported ||
+					l.Delivered > ackedMax || l.Accepted < prev.Accepted || l.Delivered < prev.Delivered {
+					t.Fatalf("round %d: ledger %+v (sum %d), live %d, reported %d, acked at most %d, before %+v",
+						round, l, l.Sum(), len(es), reported, ackedMax, prev)
+				}
+				prev = l
+				t.Logf("round %d: child reported %d ids, spool holds %d, corrupt tails %d, segments %d, ledger %+v",
+					round, len(ids), len(es), st.CorruptTail, st.Segments, l)
 				prevMax = roundMax
 			}
 		})

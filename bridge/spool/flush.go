@@ -101,12 +101,15 @@ func (s *Spool) flush(final bool) {
 	var ackErr error
 	switch {
 	case ckpt != nil:
-		if ackErr = s.writeCheckpoint(ckpt, doSync); ackErr != nil {
+		var installed bool
+		if installed, ackErr = s.writeCheckpoint(ckpt, doSync); ackErr != nil {
 			// Retried later (a full disk frees up as segments are acked);
-			// meanwhile the acks go to the old file, if there is one.
+			// meanwhile the acks go to the old file, if there is one. If
+			// the checkpoint was renamed in place it holds (and counts)
+			// them already.
 			s.ckptDue = true
 			s.ckptRetryAt = time.Now().Add(ckptRetry)
-			if len(acks) > 0 {
+			if len(acks) > 0 && !installed {
 				ackErr = errors.Join(ackErr, s.appendAcks(acks, doSync))
 			}
 		} else {
@@ -205,15 +208,23 @@ func (s *Spool) appendAcks(acks []ackRange, doSync bool) error {
 }
 
 // checkpointLocked encodes a complete acks.log: 1..W removed, where W is
-// just below the oldest live record, plus the removed runs above W. Every
-// entry is written twice: a checkpoint is small and holds the whole ack
-// state, so one damaged entry must not bring its messages back. Caller
-// holds s.mu.
+// just below the oldest live record, plus the removed runs above W, all
+// as tallied ranges, and one tally entry per reason counting every
+// removal so far (ledger.go). Every entry is written twice: a checkpoint
+// is small and holds the whole ack state, so one damaged entry must not
+// bring its messages back or lose its count. Caller holds s.mu.
 func (s *Spool) checkpointLocked() []byte {
 	buf := ackHeader()
 	put := func(r ackRange) {
+		r.why = remTallied
 		buf = appendAckRecord(buf, r)
 		buf = appendAckRecord(buf, r)
+	}
+	for why, n := range s.tally {
+		if n > 0 {
+			buf = appendTallyRecord(buf, removal(why), n)
+			buf = appendTallyRecord(buf, removal(why), n)
+		}
 	}
 	w := s.nextID - 1
 	if s.live > 0 {
@@ -221,7 +232,7 @@ func (s *Spool) checkpointLocked() []byte {
 		w = g.base + ID(i) - 1
 	}
 	if w >= 1 {
-		put(ackRange{1, w})
+		put(ackRange{first: 1, last: w})
 	}
 	for _, g := range s.segs {
 		if g.dead == segHeaderSize || g.last() <= w {
@@ -244,7 +255,7 @@ func (s *Spool) checkpointLocked() []byte {
 			if run.first != 0 {
 				put(run)
 			}
-			run = ackRange{id, id}
+			run = ackRange{first: id, last: id}
 		}
 		if run.first != 0 {
 			put(run)
@@ -255,11 +266,13 @@ func (s *Spool) checkpointLocked() []byte {
 
 // writeCheckpoint replaces acks.log with data (write to a temporary file,
 // fsync, rename, fsync the directory). Flusher only (or Open).
-func (s *Spool) writeCheckpoint(data []byte, doSync bool) error {
+// installed reports whether data is acks.log now (even if an error
+// followed).
+func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ error) {
 	tmp := filepath.Join(s.opts.Dir, ackTmpName)
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return err
+		return false, err
 	}
 	n, err := f.Write(data)
 	s.written.Add(uint64(n))
@@ -273,7 +286,7 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) error {
 	if err != nil {
 		f.Close()
 		os.Remove(tmp)
-		return fmt.Errorf("write acks checkpoint: %w", err)
+		return false, fmt.Errorf("write acks checkpoint: %w", err)
 	}
 	// Renamed: f is acks.log now, whatever happens next.
 	if s.ackFile != nil {
@@ -286,8 +299,8 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) error {
 	if doSync {
 		s.syncs.Add(1)
 		if err := syncDir(s.opts.Dir); err != nil {
-			return fmt.Errorf("write acks checkpoint: sync dir: %w", err)
+			return true, fmt.Errorf("write acks checkpoint: sync dir: %w", err)
 		}
 	}
-	return nil
+	return true, nil
 }

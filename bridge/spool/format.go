@@ -14,7 +14,10 @@ import (
 
 // On-disk format; see the package documentation.
 const (
-	formatVersion = 1
+	formatVersion = 1 // segments and the ids file
+	// ackVersion 2 added the reason byte and tally entries (ledger.go); it
+	// reads version 1 files, whose removals count as unknown.
+	ackVersion = 2
 
 	segMagic      = "EGSP"
 	segSuffix     = ".seg"
@@ -30,6 +33,7 @@ const (
 	ackHeaderSize = 8
 	ackRecSize    = 24
 	ackKindRemove = 1
+	ackKindTally  = 2
 
 	lockFileName = "LOCK"
 
@@ -123,12 +127,15 @@ func parseSegName(name string) (ID, bool) {
 	return ID(v), err == nil && v > 0
 }
 
-// ackRange marks IDs first..last (inclusive) as removed.
-type ackRange struct{ first, last ID }
+// ackRange marks IDs first..last (inclusive) as removed, for reason why.
+type ackRange struct {
+	first, last ID
+	why         removal
+}
 
 func appendAckRecord(dst []byte, r ackRange) []byte {
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, ackKindRemove, 0, 0, 0)
+	dst = append(dst, 0, 0, 0, 0, ackKindRemove, byte(r.why), 0, 0)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.first))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.last))
 	binary.LittleEndian.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
@@ -138,7 +145,7 @@ func appendAckRecord(dst []byte, r ackRange) []byte {
 func ackHeader() []byte {
 	h := make([]byte, ackHeaderSize, ackHeaderSize+ackRecSize)
 	copy(h, ackMagic)
-	h[4] = formatVersion
+	h[4] = ackVersion
 	return h
 }
 
@@ -148,6 +155,8 @@ type rangeSet []ackRange
 // ackLog is what parseAckLog could read of acks.log.
 type ackLog struct {
 	ranges    rangeSet
+	counts    [nRemovals]uint64 // removals counted: tallies plus counted ranges
+	version   byte
 	good      int   // readable entries
 	bad       int   // entries whose CRC failed (skipped)
 	torn      int64 // bytes of a partial entry at the end (cut at Open)
@@ -169,21 +178,32 @@ func parseAckLog(b []byte) (ackLog, error) {
 		a.badHeader = true // an emptied or torn file
 		a.torn = int64(len(b))
 		return a, nil
-	case string(b[:4]) == ackMagic && b[4] != formatVersion && isZero(b[5:8]):
+	case string(b[:4]) == ackMagic && b[4] != 1 && b[4] != ackVersion && isZero(b[5:8]):
 		return a, fmt.Errorf("%w %d in acks.log", ErrUnknownVersion, b[4])
-	case string(b[:4]) != ackMagic || b[4] != formatVersion || !isZero(b[5:8]):
+	case string(b[:4]) != ackMagic || (b[4] != 1 && b[4] != ackVersion) || !isZero(b[5:8]):
 		a.badHeader = true
+	default:
+		a.version = b[4]
 	}
 	var rs []ackRange
+	var tally [nRemovals]uint64
 	off := ackHeaderSize
 	for ; off+ackRecSize <= len(b); off += ackRecSize {
 		r := b[off : off+ackRecSize]
-		if binary.LittleEndian.Uint32(r) != crc32.Checksum(r[4:], castagnoli) || r[4] != ackKindRemove {
+		if binary.LittleEndian.Uint32(r) != crc32.Checksum(r[4:], castagnoli) {
 			a.bad++
 			continue
 		}
-		rg := ackRange{ID(binary.LittleEndian.Uint64(r[8:])), ID(binary.LittleEndian.Uint64(r[16:]))}
-		if rg.first == 0 || rg.first > rg.last {
+		why := removal(r[5])
+		if r[4] == ackKindTally && int(why) < nRemovals {
+			// Written twice; both copies say the same.
+			a.good++
+			tally[why] = binary.LittleEndian.Uint64(r[8:])
+			continue
+		}
+		rg := ackRange{ID(binary.LittleEndian.Uint64(r[8:])), ID(binary.LittleEndian.Uint64(r[16:])), why}
+		if r[4] != ackKindRemove || rg.first == 0 || rg.first > rg.last ||
+			(int(why) >= nRemovals && why != remTallied) {
 			a.bad++
 			continue
 		}
@@ -191,6 +211,10 @@ func parseAckLog(b []byte) (ackLog, error) {
 		rs = append(rs, rg)
 	}
 	a.torn = int64(len(b) - off)
+	a.counts = countRanges(rs)
+	for why, n := range tally {
+		a.counts[why] += n
+	}
 	a.ranges = mergeRanges(rs)
 	return a, nil
 }

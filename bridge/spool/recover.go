@@ -53,6 +53,7 @@ func (s *Spool) recover() error {
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 
 	removed := acks.ranges
+	s.tally = acks.counts
 	dataMax := removed.max()
 	damaged := false // something that held IDs was lost or unreadable
 	for i, base := range bases {
@@ -171,6 +172,8 @@ func (s *Spool) recover() error {
 	}
 	s.idsSeq = ids.seq
 	s.nextID = next
+	acksTrusted := (ackExists && !acks.damaged() && acks.version == ackVersion) || (!ackExists && len(bases) == 0)
+	s.settleLedgerLocked(dataNext, acksTrusted)
 	if next > dataNext {
 		s.idGap = uint64(next - dataNext)
 		if ids.clean || damaged {
@@ -212,12 +215,25 @@ func (s *Spool) recover() error {
 func (s *Spool) skippedLocked(path string, res loadResult, removed rangeSet) {
 	var lost int64
 	for _, r := range res.skipped {
+		// Only the IDs not removed before: each is counted once.
+		run := ackRange{why: remCorrupt}
 		for id := r.first; id <= r.last; id++ {
-			if !removed.contains(id) {
-				lost++
+			if removed.contains(id) {
+				continue
 			}
+			lost++
+			if run.first != 0 && run.last+1 == id {
+				run.last = id
+				continue
+			}
+			if run.first != 0 {
+				s.acks = append(s.acks, run)
+			}
+			run.first, run.last = id, id
 		}
-		s.acks = append(s.acks, r)
+		if run.first != 0 {
+			s.acks = append(s.acks, run)
+		}
 	}
 	if len(res.skipped) == 0 {
 		return
@@ -228,6 +244,7 @@ func (s *Spool) skippedLocked(path string, res loadResult, removed rangeSet) {
 	}
 	s.skipped += lost
 	s.dropped[DropCorrupt] += uint64(lost)
+	s.tally[remCorrupt] += uint64(lost)
 	s.log.Error("damaged records skipped; their messages are lost", "reason", DropCorrupt,
 		"path", path, "lost", lost, "first_id", uint64(res.skipped[0].first),
 		"last_id", uint64(res.skipped[len(res.skipped)-1].last), "bytes", res.skipBytes)

@@ -224,7 +224,7 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 			p, n, id, err = r.resync(off, want, limit)
 			if err == nil && n > 0 {
 				// Records want..id-1 are damaged: index them as removed.
-				res.skipped = append(res.skipped, ackRange{want, id - 1})
+				res.skipped = append(res.skipped, ackRange{first: want, last: id - 1})
 				res.skipBytes += p - off
 				g.addSkipped(off, p-off)
 				for range id - want - 1 {

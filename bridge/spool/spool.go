@@ -125,6 +125,7 @@ type Stats struct {
 	Acked     uint64                // messages acked since Open
 	Dropped   map[DropReason]uint64 // messages dropped since Open, by reason
 	Recovered int64                 // unacked messages found by Open
+	Ledger    Ledger                // where every message ever accepted went (persisted; ledger.go)
 
 	// Damage found by Open (see the package documentation, "Damage").
 	CorruptTail   int64  // torn or corrupt segment tails cut off, emptied segments included
@@ -200,8 +201,12 @@ type Spool struct {
 	acked     uint64
 	dropped   map[DropReason]uint64
 	recovered int64
-	corrupt   int64
-	noSpace   uint64
+	// The ledger (ledger.go): removals by reason since the spool was
+	// created, and the excess Open found.
+	tally    [nRemovals]uint64
+	mismatch uint64
+	corrupt  int64
+	noSpace  uint64
 	// Damage found by Open.
 	skipped      int64
 	damagedBytes int64
@@ -555,11 +560,13 @@ func (s *Spool) removeLocked(g *segment, i int, reason DropReason) {
 	} else {
 		s.dropped[reason]++
 	}
+	why := removalOf(reason)
+	s.tally[why]++
 	id := g.base + ID(i)
-	if k := len(s.acks); k > 0 && s.acks[k-1].last+1 == id {
+	if k := len(s.acks); k > 0 && s.acks[k-1].last+1 == id && s.acks[k-1].why == why {
 		s.acks[k-1].last = id
 	} else {
-		s.acks = append(s.acks, ackRange{id, id})
+		s.acks = append(s.acks, ackRange{id, id, why})
 	}
 	if g.sealed {
 		s.pinned += n
@@ -738,6 +745,7 @@ func (s *Spool) Stats() Stats {
 		Acked:     s.acked,
 		Dropped:   d,
 		Recovered: s.recovered,
+		Ledger:    s.ledgerLocked(),
 
 		CorruptTail:   s.corrupt,
 		Skipped:       s.skipped,
