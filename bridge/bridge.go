@@ -144,6 +144,7 @@ type Bridge struct {
 	connects, disconnects, connectFailures, trips, writeTimeouts atomic.Uint64
 	sent, acked, received, inboundFailed, acceptFailed           atomic.Uint64
 	inflight                                                     atomic.Int64
+	rejected                                                     [len(rejectReasons)]atomic.Uint64 // by rejectReason
 }
 
 // New validates cfg (filling in defaults) and returns a bridge that is not
@@ -428,6 +429,7 @@ func (k sink) spoolOrErr() (*spool.Spool, error) {
 // about local topic.
 func (k sink) refused(topic string, err error) error {
 	k.b.acceptFailed.Add(1)
+	k.b.rejected[rejectReason(err)].Add(1)
 	err = fmt.Errorf("bridge %s: spool %q: %w", k.b.cfg.Name, topic, err)
 	k.b.refusals.refused(topic, err)
 	return err

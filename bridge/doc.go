@@ -117,6 +117,14 @@
 // uniform in [d/2, d]), reset after every successful connection. The in
 // rules are subscribed again on every connection.
 //
+// # Ledger
+//
+// Bridge.Ledger says where every message the bridge accepted went:
+// accepted = delivered + in flight + queued + dropped by reason + unknown,
+// persisted with the spool so that it adds up across restarts and
+// crashes (ledger.go, bridge/spool/ledger.go). cmd/edgegw shows it on
+// /metrics, /ledger and below $SYS/bridge/<name>/ledger.
+//
 // # State
 //
 // The retained local topic $SYS/bridge/<name>/state is "connected" or

@@ -37,18 +37,27 @@
 // acks.log starts with an 8-byte header ("EGAK" | version | 3 reserved) and
 // holds fixed 24-byte records
 //
-//	crc32c(rest) uint32 | kind uint8 (=1 removed) | 3 reserved | first uint64 | last uint64
+//	crc32c(rest) uint32 | kind uint8 | reason uint8 | 2 reserved | first uint64 | last uint64
 //
-// each marking the IDs first..last as removed. Consecutive acks coalesce into
-// one range, so an in-order ack stream costs one record per flush. When the
+// kind 1 marks the IDs first..last as removed, and counts them under
+// reason (1 delivered, 2 spool_full, 3 corrupt, 4 expired, 5 refused,
+// 6 lost, 7 gap; 0 unknown, as format 1 wrote; 0xff tallied: removed,
+// counted by the checkpoint's tallies). kind 2 (checkpoints only) holds in
+// first the count of all removals for reason. See ledger.go.
+//
+// Consecutive removals for the same reason coalesce into one range, so an
+// in-order ack stream costs one record per flush. When the
 // file has grown past a threshold it is replaced by a checkpoint (written to
 // acks.log.tmp, fsynced, renamed): one range 1..W, where W is just below the
 // oldest live record, plus the removed ranges above W (out-of-order acks),
-// every entry written twice (a checkpoint is small and holds the whole ack
+// all tallied, plus one tally per reason, every entry written twice (a checkpoint is small and holds the whole ack
 // state). The flusher writes one soon after every Open, which also drops
 // damaged entries; Open itself writes nothing that needs free space.
 //
-// All three files are format version 1; the ids file was added without
+// Segments and the ids file are format version 1, acks.log version 2
+// (version 2 added the reason byte and the tallies, and reads version 1
+// files, whose removals count as unknown: TestLedgerReadsFormat1; an older
+// spool refuses version 2 as unknown). The ids file was added without
 // changing the other two, and a spool without it (written before it
 // existed) opens as before and gets one (TestReadsMainFormat). A header
 // with our magic, zero reserved bytes and another version makes Open fail

@@ -86,6 +86,10 @@ func init() {
 				"Reload a running gateway with SIGHUP (systemctl reload edgegw).", cmdPasswd},
 		{"sensor", "--device PATH [flags]", "simulate a serial MQTT sensor (to try a serial listener)",
 			sensorHelp, cmdSensor},
+		{"ledger", "[--config FILE]", "print where every message each bridge accepted went",
+			"Asks the running gateway (at metrics.address, /ledger) for each bridge's delivery\n" +
+				"ledger: accepted = delivered + in flight + queued + dropped + unknown, with the\n" +
+				"drops by reason and the messages rejected since the start (docs/bridge.md).", cmdLedger},
 	}
 }
 

@@ -433,6 +433,7 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 			bs.Spool.IDGap, bs.Spool.NoSpace = int64(ss.IDGap), int64(ss.NoSpace)
 			bs.Spool.BytesWritten, bs.Spool.Syncs = int64(ss.BytesWritten), int64(ss.Syncs)
 		}
+		bs.Ledger = ledgerStatus(b)
 		out = append(out, bs)
 	}
 	return out

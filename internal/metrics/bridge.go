@@ -21,6 +21,7 @@ type BridgeStatus struct {
 	InboundRefused  int64 // inbound messages the gateway refused (not acked upstream)
 	Refused         int64 // local messages the spool could not keep (publisher not acked)
 	Spool           SpoolStatus
+	Ledger          *Ledger // nil while the spool is not open
 }
 
 // SpoolStatus is a bridge spool's part of BridgeStatus.
@@ -140,7 +141,8 @@ func BridgeSys(b BridgeStatus) []SysValue {
 			out = append(out, SysValue{prefix + s.sys, strconv.FormatInt(s.val(b), 10)})
 		}
 	}
-	return append(out, SysValue{prefix + "last_error", b.LastError})
+	out = append(out, SysValue{prefix + "last_error", b.LastError})
+	return append(out, ledgerSys(prefix, b.Ledger)...)
 }
 
 func boolInt(b bool) int64 {

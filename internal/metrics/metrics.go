@@ -111,7 +111,9 @@ func collect(w *expo, src Sources) {
 		}
 	}
 	if src.Bridges != nil {
-		collectBridges(w, src.Bridges())
+		bs := src.Bridges()
+		collectBridges(w, bs)
+		collectLedgers(w, bs)
 	}
 	if src.Links != nil {
 		ls := src.Links()
@@ -160,6 +162,7 @@ func Handler(src Sources) http.Handler {
 		}
 		e.writeTo(w)
 	})
+	mux.HandleFunc("/ledger", func(w http.ResponseWriter, r *http.Request) { serveLedger(w, r, src) })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		var problems []string
 		if src.Health != nil {
@@ -218,6 +221,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", h)
 		mux.Handle("/healthz", h)
+		mux.Handle("/ledger", h)
 		mux.Handle("/", s.Pages)
 		h = mux
 	}
