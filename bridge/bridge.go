@@ -405,11 +405,11 @@ func (k sink) spoolMessage(m *gateway.Message) (sm spool.Message, ok bool) {
 	if m.Origin == b.origin { // loop prevention (the gateway checks it too)
 		return sm, false
 	}
-	remote, qos, ok := b.c.Load().outTopic(m.Topic, m.QoS)
-	if !ok {
+	r := b.c.Load().outRule(m.Topic)
+	if r == nil {
 		return sm, false
 	}
-	return spool.Message{Topic: remote, Payload: m.Payload, QoS: qos, Retain: m.Retain}, true
+	return spoolMessageFor(m, r, time.Now()), true
 }
 
 // errNoSpool is why a Failed bridge refuses a local message.

@@ -38,6 +38,11 @@ type Rule struct {
 	QoS          int       // 0..2: upstream publish QoS cap (out), subscription QoS (in)
 	LocalPrefix  string    // prepended to Pattern locally
 	RemotePrefix string    // prepended to Pattern upstream
+	// MaxAge (out): a message not delivered within this long of its
+	// arrival is dropped from the spool, counted as expired, never sent
+	// (0: no limit; an MQTT 5 message expiry applies either way, the
+	// earlier of the two wins). See lanes.go.
+	MaxAge time.Duration
 }
 
 // TLSConfig is the client side TLS of the uplink, used for tls://, ssl://
@@ -246,6 +251,9 @@ func (c Config) compile() (*compiled, error) {
 		if strings.ContainsAny(r.RemotePrefix, "+#") {
 			bad(key+".remote_prefix", "%q must not contain wildcards", r.RemotePrefix)
 		}
+		if r.MaxAge < 0 {
+			bad(key+".max_age", "%s: must not be negative", r.MaxAge)
+		}
 		cr := rule{Rule: r, localFilter: r.LocalPrefix + r.Pattern, remoteFilter: r.RemotePrefix + r.Pattern}
 		if r.Pattern == "" {
 			bad(key+".pattern", "is required")
@@ -314,12 +322,20 @@ func (t TLSConfig) build() (*tls.Config, error) {
 // outTopic maps a local topic to its upstream topic and QoS through the
 // first out rule that matches it.
 func (c *compiled) outTopic(local string, qos byte) (string, byte, bool) {
-	for _, r := range c.out {
-		if strings.HasPrefix(local, r.LocalPrefix) && topics.MatchFilter(r.localFilter, local) {
-			return r.RemotePrefix + local[len(r.LocalPrefix):], min(qos, byte(r.QoS)), true
-		}
+	if r := c.outRule(local); r != nil {
+		return r.RemotePrefix + local[len(r.LocalPrefix):], min(qos, byte(r.QoS)), true
 	}
 	return "", 0, false
+}
+
+// outRule returns the first out rule matching local, or nil.
+func (c *compiled) outRule(local string) *rule {
+	for i := range c.out {
+		if r := &c.out[i]; strings.HasPrefix(local, r.LocalPrefix) && topics.MatchFilter(r.localFilter, local) {
+			return r
+		}
+	}
+	return nil
 }
 
 // inTopic maps an upstream topic to its local topic through the first in

@@ -180,7 +180,7 @@ func TestUnknownVersionRefused(t *testing.T) {
 	s.Close()
 	path := lastSegment(t, dir)
 	b, _ := os.ReadFile(path)
-	b[4] = formatVersion + 1
+	b[4] = segVersion + 1
 	os.WriteFile(path, b, 0o600)
 	if s, err := Open(Options{Dir: dir}); err == nil {
 		s.Close()

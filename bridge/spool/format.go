@@ -10,11 +10,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // On-disk format; see the package documentation.
 const (
-	formatVersion = 1 // segments and the ids file
+	formatVersion = 1 // the ids file
+	// segVersion 2 added the expiry (flag bit 3 and 8 bytes); it reads
+	// version 1 segments, which have neither.
+	segVersion = 2
 	// ackVersion 2 added the reason byte and tally entries (ledger.go); it
 	// reads version 1 files, whose removals count as unknown.
 	ackVersion = 2
@@ -26,6 +30,11 @@ const (
 	recHeaderSize = 8  // length + crc
 	recFixedBody  = 11 // id + flags + topic length
 	recOverhead   = recHeaderSize + recFixedBody
+	recExpirySize = 8 // expiry, unix nanoseconds, if flagExpiry
+
+	flagRetain = 4
+	flagExpiry = 8
+	flagsValid = 3 | flagRetain | flagExpiry
 
 	ackMagic      = "EGAK"
 	ackFileName   = "acks.log"
@@ -54,15 +63,22 @@ var errCorrupt = errors.New("corrupt record")
 func appendRecord(dst []byte, id ID, m *Message) []byte {
 	start := len(dst)
 	body := recFixedBody + len(m.Topic) + len(m.Payload)
+	flags := m.QoS & 3
+	if m.Retain {
+		flags |= flagRetain
+	}
+	if !m.Expiry.IsZero() {
+		flags |= flagExpiry
+		body += recExpirySize
+	}
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(body))
 	dst = append(dst, 0, 0, 0, 0) // CRC, filled in below
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(id))
-	flags := m.QoS & 3
-	if m.Retain {
-		flags |= 4
-	}
 	dst = append(dst, flags)
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(m.Topic)))
+	if flags&flagExpiry != 0 {
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(m.Expiry.UnixNano()))
+	}
 	dst = append(dst, m.Topic...)
 	dst = append(dst, m.Payload...)
 	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+recHeaderSize:], castagnoli))
@@ -83,7 +99,11 @@ func checkRecord(rec []byte) (id ID, topicLen int, flags byte, err error) {
 	id = ID(binary.LittleEndian.Uint64(body))
 	flags = body[8]
 	topicLen = int(binary.LittleEndian.Uint16(body[9:]))
-	if topicLen > len(body)-recFixedBody || flags&^7 != 0 || flags&3 == 3 {
+	fixed := recFixedBody
+	if flags&flagExpiry != 0 {
+		fixed += recExpirySize
+	}
+	if topicLen > len(body)-fixed || !validFlags(flags) {
 		return 0, 0, 0, errCorrupt
 	}
 	return id, topicLen, flags, nil
@@ -99,18 +119,37 @@ func decodeRecord(rec []byte, want ID) (Message, error) {
 		return Message{}, fmt.Errorf("%w: id %d, want %d", errCorrupt, id, want)
 	}
 	p := rec[recOverhead:]
+	var expiry time.Time
+	if flags&flagExpiry != 0 {
+		expiry = time.Unix(0, int64(binary.LittleEndian.Uint64(p)))
+		p = p[recExpirySize:]
+	}
 	return Message{
 		Topic:   string(p[:tl]),
 		Payload: p[tl:len(p):len(p)],
 		QoS:     flags & 3,
-		Retain:  flags&4 != 0,
+		Retain:  flags&flagRetain != 0,
+		Expiry:  expiry,
 	}, nil
+}
+
+// validFlags reports whether a record's flags byte can be ours.
+func validFlags(flags byte) bool { return flags&^flagsValid == 0 && flags&3 != 3 }
+
+// msgSize is what a message counts against MaxBytes: topic and payload,
+// and its expiry if it has one (record bytes beyond the fixed overhead).
+func msgSize(m *Message) int64 {
+	n := int64(len(m.Topic) + len(m.Payload))
+	if !m.Expiry.IsZero() {
+		n += recExpirySize
+	}
+	return n
 }
 
 func segHeader(base ID) []byte {
 	h := make([]byte, segHeaderSize)
 	copy(h, segMagic)
-	h[4] = formatVersion
+	h[4] = segVersion
 	binary.LittleEndian.PutUint64(h[8:], uint64(base))
 	return h
 }

@@ -194,7 +194,7 @@ func (s *Spool) recover() error {
 	// continues it. Seal the rest; delete the sealed ones with nothing live.
 	for i, g := range s.segs {
 		last := i == len(s.segs)-1
-		g.sealed = !last || g.last()+1 != s.nextID || g.size >= s.opts.SegmentSize || g.readErr
+		g.sealed = !last || g.last()+1 != s.nextID || g.size >= s.opts.SegmentSize || g.readErr || g.oldVer
 		if g.sealed {
 			s.pinned += g.dead
 		}

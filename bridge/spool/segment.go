@@ -29,6 +29,7 @@ type segment struct {
 	readErr  bool  // Open could not read all of it; never appended to
 	unsynced bool  // written since the last fsync; listed in Spool.unsynced
 	newFile  bool  // its directory entry is not fsynced yet
+	oldVer   bool  // a version 1 header: never appended to (Open seals it)
 }
 
 func (g *segment) count() int { return len(g.offs) }
@@ -150,7 +151,7 @@ func (r *segReader) record(off int64, lo, hi ID) (int64, ID, error) {
 	n := int64(binary.LittleEndian.Uint32(h)) + recHeaderSize
 	id := ID(binary.LittleEndian.Uint64(h[recHeaderSize:]))
 	flags := h[recHeaderSize+8]
-	if n < recOverhead || n > r.size-off || id < lo || id >= hi || flags&^7 != 0 || flags&3 == 3 {
+	if n < recOverhead || n > r.size-off || id < lo || id >= hi || !validFlags(flags) {
 		return 0, 0, nil
 	}
 	rec, err := r.at(off, int(n))
@@ -205,15 +206,16 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 		res.badHeader = true // torn while being created, or emptied
 	case herr != nil:
 		res.ioErr = herr
-	case string(hdr[:4]) == segMagic && hdr[4] != formatVersion && isZero(hdr[5:8]):
+	case string(hdr[:4]) == segMagic && hdr[4] != 1 && hdr[4] != segVersion && isZero(hdr[5:8]):
 		f.Close()
 		return loadResult{}, fmt.Errorf("%w %d", ErrUnknownVersion, hdr[4])
-	case string(hdr[:4]) != segMagic || hdr[4] != formatVersion || !isZero(hdr[5:8]) ||
+	case string(hdr[:4]) != segMagic || (hdr[4] != 1 && hdr[4] != segVersion) || !isZero(hdr[5:8]) ||
 		ID(binary.LittleEndian.Uint64(hdr[8:])) != base:
 		res.badHeader = true
 	}
 
-	g := &segment{base: base, path: path, f: f, size: segHeaderSize, dead: segHeaderSize}
+	g := &segment{base: base, path: path, f: f, size: segHeaderSize, dead: segHeaderSize,
+		oldVer: herr == nil && !res.badHeader && hdr[4] == 1}
 	good := 0 // valid records read
 	off := int64(segHeaderSize)
 	for res.ioErr == nil && off < r.size {

@@ -25,6 +25,10 @@ type Message struct {
 	Payload []byte
 	QoS     byte // 0, 1 or 2
 	Retain  bool
+	// Expiry is when the message is no longer worth delivering (MQTT 5
+	// message expiry, a rule's max_age); zero means never. Next and Peek
+	// drop an expired message (DropExpired) instead of returning it.
+	Expiry time.Time
 }
 
 // Entry is a spooled message with its ID.
@@ -106,12 +110,13 @@ const dropLogEvery = 10 * time.Second
 
 // Options configures a Spool.
 type Options struct {
-	Dir          string        // created if missing (0700)
-	MaxBytes     int64         // bound on topic+payload bytes of unacked messages; default DefaultMaxBytes
-	Sync         SyncMode      // default SyncBatch
-	SyncInterval time.Duration // group commit window; default DefaultSyncInterval
-	SegmentSize  int64         // segment file size before rolling; default DefaultSegmentSize, at most 1 GiB
-	Logger       *slog.Logger  // default: discard
+	Dir          string           // created if missing (0700)
+	MaxBytes     int64            // bound on topic+payload bytes of unacked messages; default DefaultMaxBytes
+	Sync         SyncMode         // default SyncBatch
+	SyncInterval time.Duration    // group commit window; default DefaultSyncInterval
+	SegmentSize  int64            // segment file size before rolling; default DefaultSegmentSize, at most 1 GiB
+	Logger       *slog.Logger     // default: discard
+	Now          func() time.Time // the clock expiries are checked against; default time.Now
 }
 
 // Stats is a snapshot of the spool's state and counters.
@@ -248,6 +253,9 @@ func Open(opts Options) (*Spool, error) {
 	if opts.SyncInterval <= 0 {
 		opts.SyncInterval = DefaultSyncInterval
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	if opts.Sync > SyncNone {
 		return nil, fmt.Errorf("spool: invalid sync mode %d", opts.Sync)
 	}
@@ -351,7 +359,7 @@ func (s *Spool) AppendAsync(m Message, done func(ID, error)) {
 // and nil error means the record needs no fsync wait (SyncNone). On error
 // nothing was stored and done is not registered.
 func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
-	size := int64(len(m.Topic) + len(m.Payload))
+	size := msgSize(m)
 	switch {
 	case size > s.opts.MaxBytes || size > maxMessageBytes:
 		return 0, nil, fmt.Errorf("%w: %d bytes, max_bytes %d", ErrTooLarge, size, min(s.opts.MaxBytes, maxMessageBytes))
@@ -608,6 +616,37 @@ func (s *Spool) Ack(id ID) error {
 	return nil
 }
 
+// Drop removes a message without an upstream ack, counted under reason
+// (DropRefused: the upstream refused it). Dropping a message that is
+// already gone is a no-op.
+func (s *Spool) Drop(id ID, reason DropReason) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if id == 0 || id >= s.nextID {
+		return fmt.Errorf("spool: drop of unknown id %d", id)
+	}
+	if g, i := s.locateLocked(id); g != nil && !g.isRemoved(i) {
+		s.removeLocked(g, i, reason)
+	}
+	return nil
+}
+
+// drop is Drop for a record the spool just read.
+func (s *Spool) drop(id ID, reason DropReason) {
+	if err := s.Drop(id, reason); err != nil && !errors.Is(err, ErrClosed) {
+		s.log.Error("drop", "id", uint64(id), "reason", reason, "err", err)
+	}
+}
+
+// expired reports whether m's expiry has passed: it is dropped, never
+// returned.
+func (s *Spool) expired(m *Message) bool {
+	return !m.Expiry.IsZero() && !s.opts.Now().Before(m.Expiry)
+}
+
 // recLoc is where a live record is, captured under s.mu, read without it.
 type recLoc struct {
 	id  ID
@@ -696,10 +735,15 @@ func (s *Spool) Next(ctx context.Context, after ID) (ID, Message, error) {
 		}
 		s.mu.Unlock()
 		m, err := s.read(locs[0])
-		if err == nil {
+		switch {
+		case err != nil:
+			s.readFailed(locs[0], err)
+		case s.expired(&m):
+			s.drop(locs[0].id, DropExpired)
+			after = locs[0].id
+		default:
 			return locs[0].id, m, nil
 		}
-		s.readFailed(locs[0], err)
 	}
 }
 
@@ -721,6 +765,10 @@ func (s *Spool) Peek(after ID, n int) ([]Entry, error) {
 		m, err := s.read(l)
 		if err != nil {
 			s.readFailed(l, err)
+			continue
+		}
+		if s.expired(&m) {
+			s.drop(l.id, DropExpired)
 			continue
 		}
 		out = append(out, Entry{ID: l.id, Message: m})

@@ -31,6 +31,14 @@ func (p *delayProxy) reset() {
 	p.conns = nil
 }
 
+// payloadPrefix starts the payloads of the chaos test's topics.
+func payloadPrefix(topic string) string {
+	if strings.HasPrefix(topic, "stale/") {
+		return "z"
+	}
+	return "m"
+}
+
 // fetchLedger reads the bridge's ledger from /ledger?format=json.
 func fetchLedger(maddr, name string) (*metrics.Ledger, error) {
 	resp, err := http.Get("http://" + maddr + "/ledger?format=json")
@@ -51,7 +59,8 @@ func fetchLedger(maddr, name string) (*metrics.Ledger, error) {
 // TestBinaryLedgerChaos is issue 17's ledger proof with the real binary
 // and Debian mosquitto as the cloud: QoS 1 traffic through an uplink that
 // is blackholed (the ack watchdog tears it down), reset several times,
-// with a spool small enough to overflow, and a kill -9 of edgegw in the
+// with a spool small enough to overflow, readings kept past their
+// max_age by the outage, and a kill -9 of edgegw in the
 // middle of a burst followed by a restart. At the end, with nothing left
 // to send, the ledger must add up with every term and agree with what
 // the publisher and the cloud saw.
@@ -82,6 +91,7 @@ bridges:
     spool: {max_bytes: 64KiB}
     topics:
       - {pattern: "sensors/#", direction: out, qos: 1}
+      - {pattern: "stale/#", direction: out, qos: 1, max_age: 300ms}
 `, local, maddr, state, px.addr())), 0o600)
 
 	// The cloud reader: distinct payloads seen upstream.
@@ -95,7 +105,7 @@ bridges:
 		t.Fatalf("cloud reader: %v", tok.Error())
 	}
 	defer sub.Disconnect(50)
-	if tok := sub.Subscribe("sensors/#", 1, func(_ mqtt.Client, m mqtt.Message) {
+	if tok := sub.SubscribeMultiple(map[string]byte{"sensors/#": 1, "stale/#": 1}, func(_ mqtt.Client, m mqtt.Message) {
 		mu.Lock()
 		upstream[string(m.Payload())] = true
 		mu.Unlock()
@@ -117,12 +127,12 @@ bridges:
 			return tok.WaitTimeout(2*time.Second) && tok.Error() == nil
 		})
 	}
-	burst := func(n int) []mqtt.Token {
+	burstTo := func(topic string, n int) []mqtt.Token {
 		toks := make([]mqtt.Token, n)
 		for i := range toks {
-			p := fmt.Sprintf("m%06d-%s", published, strings.Repeat("x", 92))
+			p := fmt.Sprintf("%s%06d-%s", payloadPrefix(topic), published, strings.Repeat("x", 92))
 			published++
-			tok := lc.Publish("sensors/t", 1, false, p)
+			tok := lc.Publish(topic, 1, false, p)
 			toks[i] = tok
 			go func() {
 				if tok.WaitTimeout(30*time.Second) && tok.Error() == nil {
@@ -134,6 +144,7 @@ bridges:
 		}
 		return toks
 	}
+	burst := func(n int) []mqtt.Token { return burstTo("sensors/t", n) }
 	waitAcked := func(toks []mqtt.Token) {
 		for i, tok := range toks {
 			if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
@@ -159,9 +170,16 @@ bridges:
 	px.delay.Store(int64(time.Hour))
 	waitAcked(burst(800))
 	waitFor(t, 10*time.Second, "spool overflow", func() bool { return ledger().Dropped["spool_full"] > 0 })
-	// 3. Resets while traffic flows.
+	// Readings with a max_age of 300 ms, kept past it by the outage.
+	waitAcked(burstTo("stale/t", 50))
+	staleBy := time.Now().Add(400 * time.Millisecond)
+	waitFor(t, 5*time.Second, "the stale readings expired", func() bool { return time.Now().After(staleBy) })
+	// 3. The uplink heals and the backlog drains (the stale readings are
+	// dropped as the sender reaches them); then resets while traffic
+	// flows.
 	px.delay.Store(0)
 	px.reset()
+	waitFor(t, 30*time.Second, "the backlog drained", func() bool { l := ledger(); return l.Queued+l.InFlight == 0 })
 	for range 3 {
 		toks := burst(150)
 		px.reset()
@@ -207,10 +225,15 @@ bridges:
 
 	mu.Lock()
 	nUp, nAcked := len(upstream), len(acked)
-	ackedNotUp := 0
+	ackedNotUp, staleUp := 0, 0
 	for p := range acked {
 		if !upstream[p] {
 			ackedNotUp++
+		}
+	}
+	for p := range upstream {
+		if strings.HasPrefix(p, payloadPrefix("stale/t")) {
+			staleUp++
 		}
 	}
 	mu.Unlock()
@@ -226,8 +249,11 @@ bridges:
 	if l.Unknown != 0 || l.Mismatch != 0 || l.Dropped["lost"] != 0 || l.Dropped["corrupt"] != 0 {
 		t.Errorf("kill -9 cost records or counts: %+v", l)
 	}
-	if l.Dropped["spool_full"] == 0 {
-		t.Errorf("no overflow: the test did not test it")
+	if l.Dropped["spool_full"] == 0 || l.Dropped["expired"] == 0 {
+		t.Errorf("no overflow or no expiry: the test did not test them")
+	}
+	if staleUp != 0 {
+		t.Errorf("%d readings past their max_age reached the cloud", staleUp)
 	}
 	// Against what the publisher and the cloud saw: every message acked
 	// locally was accepted (and some unacked ones at the kill may have
@@ -240,8 +266,8 @@ bridges:
 	if l.Delivered > int64(nUp) || int64(nUp) > l.Delivered+l.Dropped["spool_full"] {
 		t.Errorf("distinct upstream %d outside [delivered %d, delivered + spool_full %d]", nUp, l.Delivered, l.Delivered+l.Dropped["spool_full"])
 	}
-	if int64(ackedNotUp) > l.Dropped["spool_full"] {
-		t.Errorf("%d messages acked locally never reached the cloud, but only %d were dropped", ackedNotUp, l.Dropped["spool_full"])
+	if int64(ackedNotUp) > l.Dropped["spool_full"]+l.Dropped["expired"] {
+		t.Errorf("%d messages acked locally never reached the cloud, but only %d were dropped", ackedNotUp, l.Dropped["spool_full"]+l.Dropped["expired"])
 	}
 
 	// The same on /metrics, on $SYS/bridge/cloud/ledger and from

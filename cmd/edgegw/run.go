@@ -410,7 +410,7 @@ func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 	}
 	for _, t := range b.Topics {
 		bc.Topics = append(bc.Topics, bridge.Rule{Pattern: t.Pattern, Direction: bridge.Direction(t.Direction),
-			QoS: t.QoS, LocalPrefix: t.LocalPrefix, RemotePrefix: t.RemotePrefix})
+			QoS: t.QoS, LocalPrefix: t.LocalPrefix, RemotePrefix: t.RemotePrefix, MaxAge: t.MaxAge})
 	}
 	return bc
 }

@@ -257,6 +257,9 @@ type BridgeTopic struct {
 	// LocalPrefix+T is RemotePrefix+T upstream, and back.
 	LocalPrefix  string `mapstructure:"local_prefix"`
 	RemotePrefix string `mapstructure:"remote_prefix"`
+	// MaxAge (out rules): a message not delivered upstream within this
+	// long of its arrival is dropped, counted as expired; 0 = no limit.
+	MaxAge time.Duration `mapstructure:"max_age"`
 }
 
 // Metrics configures the HTTP endpoint serving /metrics and /healthz.

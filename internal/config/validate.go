@@ -372,6 +372,11 @@ func (c Config) validateBridges(es *Errors) {
 			if tp.QoS < 0 || tp.QoS > 2 {
 				es.add(tk+".qos", "must be 0, 1 or 2 (got %d)", tp.QoS)
 			}
+			if tp.MaxAge < 0 {
+				es.add(tk+".max_age", "must not be negative (got %s)", tp.MaxAge)
+			} else if tp.MaxAge > 0 && tp.Direction == DirectionIn {
+				es.add(tk+".max_age", "applies to messages going out; this rule is direction: in")
+			}
 			for _, p := range []struct{ key, val string }{{"local_prefix", tp.LocalPrefix}, {"remote_prefix", tp.RemotePrefix}} {
 				if strings.ContainsAny(p.val, "+#\x00") {
 					es.add(tk+"."+p.key, "must not contain +, # or NUL (got %q)", p.val)
