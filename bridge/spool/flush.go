@@ -220,10 +220,12 @@ func (s *Spool) checkpointLocked() []byte {
 		buf = appendAckRecord(buf, r)
 		buf = appendAckRecord(buf, r)
 	}
-	for why, n := range s.tally {
-		if n > 0 {
-			buf = appendTallyRecord(buf, removal(why), n)
-			buf = appendTallyRecord(buf, removal(why), n)
+	for lane := range s.tally {
+		for why, n := range s.tally[lane] {
+			if n > 0 {
+				buf = appendTallyRecord(buf, Lane(lane), removal(why), n)
+				buf = appendTallyRecord(buf, Lane(lane), removal(why), n)
+			}
 		}
 	}
 	w := s.nextID - 1

@@ -34,7 +34,7 @@ const (
 
 	flagRetain = 4
 	flagExpiry = 8
-	flagsValid = 3 | flagRetain | flagExpiry
+	flagsValid = 3 | flagRetain | flagExpiry | flagLaneMask
 
 	ackMagic      = "EGAK"
 	ackFileName   = "acks.log"
@@ -71,6 +71,7 @@ func appendRecord(dst []byte, id ID, m *Message) []byte {
 		flags |= flagExpiry
 		body += recExpirySize
 	}
+	flags |= byte(m.Lane) << flagLaneShift
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(body))
 	dst = append(dst, 0, 0, 0, 0) // CRC, filled in below
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(id))
@@ -130,11 +131,14 @@ func decodeRecord(rec []byte, want ID) (Message, error) {
 		QoS:     flags & 3,
 		Retain:  flags&flagRetain != 0,
 		Expiry:  expiry,
+		Lane:    laneOfFlags(flags),
 	}, nil
 }
 
 // validFlags reports whether a record's flags byte can be ours.
-func validFlags(flags byte) bool { return flags&^flagsValid == 0 && flags&3 != 3 }
+func validFlags(flags byte) bool {
+	return flags&^flagsValid == 0 && flags&3 != 3 && laneOfFlags(flags) < NumLanes
+}
 
 // msgSize is what a message counts against MaxBytes: topic and payload,
 // and its expiry if it has one (record bytes beyond the fixed overhead).
@@ -170,11 +174,12 @@ func parseSegName(name string) (ID, bool) {
 type ackRange struct {
 	first, last ID
 	why         removal
+	lane        Lane
 }
 
 func appendAckRecord(dst []byte, r ackRange) []byte {
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, ackKindRemove, byte(r.why), 0, 0)
+	dst = append(dst, 0, 0, 0, 0, ackKindRemove, byte(r.why), byte(r.lane), 0)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.first))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.last))
 	binary.LittleEndian.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
@@ -194,7 +199,7 @@ type rangeSet []ackRange
 // ackLog is what parseAckLog could read of acks.log.
 type ackLog struct {
 	ranges    rangeSet
-	counts    [nRemovals]uint64 // removals counted: tallies plus counted ranges
+	counts    [NumLanes][nRemovals]uint64 // removals counted: tallies plus counted ranges
 	version   byte
 	good      int   // readable entries
 	bad       int   // entries whose CRC failed (skipped)
@@ -225,7 +230,7 @@ func parseAckLog(b []byte) (ackLog, error) {
 		a.version = b[4]
 	}
 	var rs []ackRange
-	var tally [nRemovals]uint64
+	var tally [NumLanes][nRemovals]uint64
 	off := ackHeaderSize
 	for ; off+ackRecSize <= len(b); off += ackRecSize {
 		r := b[off : off+ackRecSize]
@@ -233,15 +238,15 @@ func parseAckLog(b []byte) (ackLog, error) {
 			a.bad++
 			continue
 		}
-		why := removal(r[5])
-		if r[4] == ackKindTally && int(why) < nRemovals {
+		why, lane := removal(r[5]), Lane(r[6])
+		if r[4] == ackKindTally && int(why) < nRemovals && lane < NumLanes {
 			// Written twice; both copies say the same.
 			a.good++
-			tally[why] = binary.LittleEndian.Uint64(r[8:])
+			tally[lane][why] = binary.LittleEndian.Uint64(r[8:])
 			continue
 		}
-		rg := ackRange{ID(binary.LittleEndian.Uint64(r[8:])), ID(binary.LittleEndian.Uint64(r[16:])), why}
-		if r[4] != ackKindRemove || rg.first == 0 || rg.first > rg.last ||
+		rg := ackRange{ID(binary.LittleEndian.Uint64(r[8:])), ID(binary.LittleEndian.Uint64(r[16:])), why, lane}
+		if r[4] != ackKindRemove || rg.first == 0 || rg.first > rg.last || lane >= NumLanes ||
 			(int(why) >= nRemovals && why != remTallied) {
 			a.bad++
 			continue
@@ -251,8 +256,10 @@ func parseAckLog(b []byte) (ackLog, error) {
 	}
 	a.torn = int64(len(b) - off)
 	a.counts = countRanges(rs)
-	for why, n := range tally {
-		a.counts[why] += n
+	for lane := range tally {
+		for why, n := range tally[lane] {
+			a.counts[lane][why] += n
+		}
 	}
 	a.ranges = mergeRanges(rs)
 	return a, nil

@@ -113,7 +113,10 @@ var dropReasons = [...]struct {
 // persisted with the spool (see the design note in ledger.go) and adds up
 // exactly, at every moment and across restarts and crashes:
 //
-//	Accepted = Delivered + Live + sum(Dropped) + Unknown
+//	Accepted = Delivered + Live + sum(Dropped) + Unknown - Mismatch
+//
+// and the same holds for each lane in Lanes (whose Mismatch is 0; IDs
+// lost to damage, of unknown lane, are counted in the normal lane).
 type Ledger struct {
 	Accepted  uint64                // records ever written (IDs handed out minus gaps)
 	Delivered uint64                // acknowledged upstream (Ack)
@@ -123,23 +126,40 @@ type Ledger struct {
 	Gap       uint64                // IDs never handed out (skipped after unclean stops)
 	// Mismatch is counted IDs minus IDs handed out when Open found more
 	// removals counted than IDs (both copies of a checkpoint entry
-	// damaged); 0 otherwise. The equation then holds with Mismatch
-	// subtracted from Delivered's side.
+	// damaged); 0 otherwise.
 	Mismatch uint64
+	Lanes    [NumLanes]LaneLedger // by Lane
+}
+
+// LaneLedger is one lane's part of the Ledger:
+// Accepted = Delivered + Live + sum(Dropped) + Unknown.
+type LaneLedger struct {
+	Accepted, Delivered, Live, Unknown uint64
+	Dropped                            map[DropReason]uint64
 }
 
 // ledgerLocked builds the Ledger from the counts. Caller holds s.mu.
 func (s *Spool) ledgerLocked() Ledger {
-	l := Ledger{
-		Delivered: s.tally[remDelivered],
-		Live:      uint64(s.live),
-		Unknown:   s.tally[remUnknown],
-		Gap:       s.tally[remGap],
-		Dropped:   make(map[DropReason]uint64, len(dropReasons)),
-		Mismatch:  s.mismatch,
-	}
-	for _, d := range dropReasons {
-		l.Dropped[d.name] = s.tally[d.code]
+	l := Ledger{Dropped: make(map[DropReason]uint64, len(dropReasons)), Mismatch: s.mismatch}
+	for lane := range s.tally {
+		t := &s.tally[lane]
+		ll := LaneLedger{
+			Delivered: t[remDelivered],
+			Live:      uint64(s.liveLane[lane]),
+			Unknown:   t[remUnknown],
+			Dropped:   make(map[DropReason]uint64, len(dropReasons)),
+		}
+		ll.Accepted = ll.Delivered + ll.Live + ll.Unknown
+		for _, d := range dropReasons {
+			ll.Dropped[d.name] = t[d.code]
+			l.Dropped[d.name] += t[d.code]
+			ll.Accepted += t[d.code]
+		}
+		l.Lanes[lane] = ll
+		l.Delivered += ll.Delivered
+		l.Live += ll.Live
+		l.Unknown += ll.Unknown
+		l.Gap += t[remGap]
 	}
 	l.Accepted = uint64(s.nextID-1) - l.Gap
 	return l
@@ -155,28 +175,31 @@ func (l Ledger) Sum() uint64 {
 	return n - l.Mismatch
 }
 
-// appendTallyRecord encodes a checkpoint's count of removals for why.
-func appendTallyRecord(dst []byte, why removal, n uint64) []byte {
+// appendTallyRecord encodes a checkpoint's count of removals of lane for
+// why.
+func appendTallyRecord(dst []byte, lane Lane, why removal, n uint64) []byte {
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, ackKindTally, byte(why), 0, 0)
+	dst = append(dst, 0, 0, 0, 0, ackKindTally, byte(why), byte(lane), 0)
 	dst = binary.LittleEndian.AppendUint64(dst, n)
 	dst = binary.LittleEndian.AppendUint64(dst, 0)
 	binary.LittleEndian.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
 	return dst
 }
 
-// countRanges returns, per reason, the number of distinct IDs in the
-// counted ranges rs (tallied ranges excluded).
-func countRanges(rs []ackRange) (n [nRemovals]uint64) {
-	var by [nRemovals][]ackRange
+// countRanges returns, per lane and reason, the number of distinct IDs in
+// the counted ranges rs (tallied ranges excluded).
+func countRanges(rs []ackRange) (n [NumLanes][nRemovals]uint64) {
+	var by [NumLanes][nRemovals][]ackRange
 	for _, r := range rs {
-		if int(r.why) < nRemovals {
-			by[r.why] = append(by[r.why], r)
+		if int(r.why) < nRemovals && r.lane < NumLanes {
+			by[r.lane][r.why] = append(by[r.lane][r.why], r)
 		}
 	}
-	for why, rs := range by {
-		for _, r := range mergeRanges(rs) {
-			n[why] += uint64(r.last - r.first + 1)
+	for lane := range by {
+		for why, rs := range by[lane] {
+			for _, r := range mergeRanges(rs) {
+				n[lane][why] += uint64(r.last - r.first + 1)
+			}
 		}
 	}
 	return n
@@ -185,11 +208,14 @@ func countRanges(rs []ackRange) (n [nRemovals]uint64) {
 // settleLedgerLocked accounts, at the end of recover, for the IDs below
 // s.nextID that neither a live record nor a counted removal covers: the
 // gap (dataNext..nextID-1, written to acks.log) and the rest (lost, or
-// unknown if acks.log could not be trusted). Caller is recover.
+// unknown if acks.log could not be trusted), in the normal lane. Caller is
+// recover.
 func (s *Spool) settleLedgerLocked(dataNext ID, acksTrusted bool) {
 	var counted uint64
-	for _, n := range s.tally {
-		counted += n
+	for lane := range s.tally {
+		for _, n := range s.tally[lane] {
+			counted += n
+		}
 	}
 	ids := uint64(s.nextID - 1)
 	have := counted + uint64(s.live)
@@ -204,8 +230,8 @@ func (s *Spool) settleLedgerLocked(dataNext ID, acksTrusted bool) {
 	if s.nextID > dataNext {
 		gap := min(missing, uint64(s.nextID-dataNext))
 		if gap > 0 {
-			s.acks = append(s.acks, ackRange{s.nextID - ID(gap), s.nextID - 1, remGap})
-			s.tally[remGap] += gap
+			s.acks = append(s.acks, ackRange{s.nextID - ID(gap), s.nextID - 1, remGap, LaneNormal})
+			s.tally[LaneNormal][remGap] += gap
 			missing -= gap
 		}
 	}
@@ -214,7 +240,7 @@ func (s *Spool) settleLedgerLocked(dataNext ID, acksTrusted bool) {
 		if !acksTrusted {
 			why = remUnknown
 		}
-		s.tally[why] += missing
+		s.tally[LaneNormal][why] += missing
 		s.log.Warn("spool ledger: ids neither live nor counted", "count", missing, "counted_as", why.String())
 	}
 }

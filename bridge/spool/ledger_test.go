@@ -131,4 +131,13 @@ func TestLedgerReadsFormat1(t *testing.T) {
 	s := openT(t, Options{Dir: dir, SegmentSize: 512})
 	defer s.Close()
 	checkLedger(t, s.Stats().Ledger, Ledger{Accepted: 40, Live: 31, Unknown: 9})
+	// Everything is in the normal lane.
+	if ids, _ := headAll(t, s, LaneNormal); len(ids) != 31 {
+		t.Fatalf("normal lane holds %d", len(ids))
+	}
+	for _, l := range []Lane{LaneHigh, LaneBulk} {
+		if ids, _ := headAll(t, s, l); len(ids) != 0 {
+			t.Fatalf("lane %s holds %d", l, len(ids))
+		}
+	}
 }

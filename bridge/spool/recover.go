@@ -172,6 +172,7 @@ func (s *Spool) recover() error {
 	}
 	s.idsSeq = ids.seq
 	s.nextID = next
+	s.indexLanesLocked()
 	acksTrusted := (ackExists && !acks.damaged() && acks.version == ackVersion) || (!ackExists && len(bases) == 0)
 	s.settleLedgerLocked(dataNext, acksTrusted)
 	if next > dataNext {
@@ -216,7 +217,7 @@ func (s *Spool) skippedLocked(path string, res loadResult, removed rangeSet) {
 	var lost int64
 	for _, r := range res.skipped {
 		// Only the IDs not removed before: each is counted once.
-		run := ackRange{why: remCorrupt}
+		run := ackRange{why: remCorrupt, lane: LaneNormal}
 		for id := r.first; id <= r.last; id++ {
 			if removed.contains(id) {
 				continue
@@ -244,7 +245,7 @@ func (s *Spool) skippedLocked(path string, res loadResult, removed rangeSet) {
 	}
 	s.skipped += lost
 	s.dropped[DropCorrupt] += uint64(lost)
-	s.tally[remCorrupt] += uint64(lost)
+	s.tally[LaneNormal][remCorrupt] += uint64(lost) // a damaged record's lane is unknown
 	s.log.Error("damaged records skipped; their messages are lost", "reason", DropCorrupt,
 		"path", path, "lost", lost, "first_id", uint64(res.skipped[0].first),
 		"last_id", uint64(res.skipped[len(res.skipped)-1].last), "bytes", res.skipBytes)

@@ -20,6 +20,7 @@ type segment struct {
 	size int64 // bytes of valid data in the file, header included
 
 	offs    []uint32 // offs[i] is the file offset of record base+i
+	lanes   []Lane   // lanes[i] is the lane of record base+i
 	removed []uint64 // bitmap: record i is acked or dropped
 
 	live     int   // records not removed
@@ -49,12 +50,13 @@ func (g *segment) isRemoved(i int) bool { return g.removed[i>>6]&(1<<(i&63)) != 
 
 func (g *segment) setRemoved(i int) { g.removed[i>>6] |= 1 << (i & 63) }
 
-// add indexes a record of n bytes written at offset off.
-func (g *segment) add(off, n int64) {
+// add indexes a record of lane, n bytes written at offset off.
+func (g *segment) add(off, n int64, lane Lane) {
 	if len(g.offs)>>6 >= len(g.removed) {
 		g.removed = append(g.removed, 0)
 	}
 	g.offs = append(g.offs, uint32(off))
+	g.lanes = append(g.lanes, lane)
 	g.size = off + n
 	g.live++
 }
@@ -86,6 +88,7 @@ func (g *segment) addSkipped(off, n int64) {
 		g.removed = append(g.removed, 0)
 	}
 	g.offs = append(g.offs, uint32(off))
+	g.lanes = append(g.lanes, LaneNormal)
 	g.size = off + n
 	g.setRemoved(len(g.offs) - 1)
 	g.dead += n
@@ -162,6 +165,15 @@ func (r *segReader) record(off int64, lo, hi ID) (int64, ID, error) {
 		return 0, 0, nil
 	}
 	return n, id, nil
+}
+
+// laneAt returns the lane of the valid record at off.
+func (r *segReader) laneAt(off int64) Lane {
+	b, err := r.at(off+recHeaderSize+8, 1)
+	if err != nil {
+		return LaneNormal
+	}
+	return laneOfFlags(b[0])
 }
 
 // resync looks for the first valid record after a bad one at bad, whose ID
@@ -242,7 +254,7 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 		if n == 0 {
 			break // nothing valid up to the end: a torn or corrupt tail
 		}
-		g.add(off, n)
+		g.add(off, n, r.laneAt(off))
 		good++
 		if removed.contains(id) {
 			g.setRemoved(g.count() - 1)

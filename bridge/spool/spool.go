@@ -29,6 +29,8 @@ type Message struct {
 	// message expiry, a rule's max_age); zero means never. Next and Peek
 	// drop an expired message (DropExpired) instead of returning it.
 	Expiry time.Time
+	// Lane is the message's priority class (lanes.go).
+	Lane Lane
 }
 
 // Entry is a spooled message with its ID.
@@ -208,8 +210,11 @@ type Spool struct {
 	recovered int64
 	// The ledger (ledger.go): removals by reason since the spool was
 	// created, and the excess Open found.
-	tally    [nRemovals]uint64
+	tally    [NumLanes][nRemovals]uint64
 	mismatch uint64
+	// Lanes (lanes.go): each lane's live IDs in order, and their number.
+	laneQ    [NumLanes]laneQueue
+	liveLane [NumLanes]int64
 	corrupt  int64
 	noSpace  uint64
 	// Damage found by Open.
@@ -367,6 +372,8 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 		return 0, nil, fmt.Errorf("%w: topic of %d bytes", ErrTooLarge, len(m.Topic))
 	case m.QoS > 2:
 		return 0, nil, fmt.Errorf("spool: invalid qos %d", m.QoS)
+	case m.Lane >= NumLanes:
+		return 0, nil, fmt.Errorf("spool: invalid lane %d", m.Lane)
 	}
 	recLen := size + recOverhead
 
@@ -404,7 +411,9 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 	if cap(s.wbuf) > 1<<20 {
 		s.wbuf = nil // do not pin a huge buffer after a huge message
 	}
-	g.add(g.size, recLen)
+	g.add(g.size, recLen, m.Lane)
+	s.laneQ[m.Lane].push(id)
+	s.liveLane[m.Lane]++
 	s.markUnsyncedLocked(g)
 	s.nextID++
 	s.raiseCeilingLocked()
@@ -448,7 +457,12 @@ func (s *Spool) writeErrLocked(op string, err error) error {
 func (s *Spool) makeRoomLocked(size int64) {
 	n := 0
 	for s.live > 0 && (s.liveBytes+size > s.opts.MaxBytes || s.pinned > s.pinnedMax) {
+		// Over MaxBytes, the lowest lane pays first; too many pinned
+		// bytes are freed by the oldest record, whatever its lane.
 		g, i := s.oldestLocked()
+		if s.liveBytes+size > s.opts.MaxBytes {
+			g, i = s.victimLocked()
+		}
 		s.removeLocked(g, i, DropSpoolFull)
 		n++
 	}
@@ -568,13 +582,14 @@ func (s *Spool) removeLocked(g *segment, i int, reason DropReason) {
 	} else {
 		s.dropped[reason]++
 	}
-	why := removalOf(reason)
-	s.tally[why]++
+	why, lane := removalOf(reason), g.lanes[i]
+	s.tally[lane][why]++
+	s.liveLane[lane]--
 	id := g.base + ID(i)
-	if k := len(s.acks); k > 0 && s.acks[k-1].last+1 == id && s.acks[k-1].why == why {
+	if k := len(s.acks); k > 0 && s.acks[k-1].last+1 == id && s.acks[k-1].why == why && s.acks[k-1].lane == lane {
 		s.acks[k-1].last = id
 	} else {
-		s.acks = append(s.acks, ackRange{id, id, why})
+		s.acks = append(s.acks, ackRange{id, id, why, lane})
 	}
 	if g.sealed {
 		s.pinned += n
