@@ -5,14 +5,15 @@ package bridge
 // rules, and while connected runs two helpers it joins before the next
 // attempt:
 //
-//   - the sender reads the next message from the spool (Next blocks while
-//     the spool is empty), waits for room in the send window (window.go:
+//   - the sender asks the session's picker (lanes.go) for the next spool
+//     message by lane and drain policy (it blocks while there is none to
+//     send), waits for room in the send window (window.go:
 //     sized by the link with max_inflight auto, within a fixed count
 //     otherwise, and for QoS 2 within max_inflight_qos2, the upstream's
 //     receive quota, which MQTT 3.1.1 cannot see exceeded), and hands it to
 //     paho; after a reconnect it starts again from the oldest
-//     unacknowledged message, so the backlog drains as fast as the window
-//     allows;
+//     unacknowledged message of each lane, so the backlog drains as fast as
+//     the window (and, with drain live-first, backlog_share) allows;
 //   - the acker waits for the publishes in send order, acks the spool, frees
 //     their room in the window (which learns the link from their round
 //     trips), and is the ack watchdog: its timer runs only while a publish
@@ -582,6 +583,7 @@ type session struct {
 	client mqtt.Client
 	slot   connSlot
 	lost   chan error // paho's connection-lost report; capacity 1
+	pick   *picker    // what to send next (lanes.go); set by serve
 
 	causeMu sync.Mutex
 	cause   error // first reason the bridge itself gave for tearing down
@@ -754,6 +756,7 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	win := newSendWindow(maxCount, b.cfg.MaxInflightQoS2, auto, time.Now())
 	b.win.Store(win)
 	pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
+	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
@@ -812,15 +815,13 @@ func (s *session) drain() {
 }
 
 // send is the session's sender: it keeps spool messages in flight as
-// the send window allows (window.go), oldest first, starting from the
-// oldest unacked one. A message waits for room in its turn (order is
+// the send window allows (window.go), in the picker's order (lanes.go),
+// starting from the oldest unacked ones. A message waits for room in its turn (order is
 // kept): a QoS 2 message for a slot of max_inflight_qos2 too. The
 // publishes paho re-sent on connect come first: they hold room and are
 // not sent again.
 func (s *session) send(ctx context.Context, win *sendWindow, pending chan<- inflight) {
 	b := s.b
-	sp := b.spool.Load()
-	resent := make(map[spool.ID]bool)
 	now := time.Now()
 	for _, e := range b.store.pending() {
 		// A resumed QoS 2 flow still holds the broker's quota. These are
@@ -831,31 +832,18 @@ func (s *session) send(ctx context.Context, win *sendWindow, pending chan<- infl
 			qos = 2
 		}
 		st := win.add(b.store.wireSize(e), qos, now)
-		resent[e.rec] = true
+		s.pick.resume(e.rec, st.size)
 		b.inflight.Add(1)
 		b.sent.Add(1)
 		pending <- inflight{id: e.rec, out: e, st: st}
 	}
-	var last spool.ID
 	for {
-		var (
-			id  spool.ID
-			m   spool.Message
-			err error
-		)
-		for {
-			id, m, err = sp.Next(ctx, last)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.teardown(fmt.Errorf("spool: %w", err))
-				}
-				return
+		id, m, err := s.pick.next(ctx) // by lane and drain policy (lanes.go)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.teardown(fmt.Errorf("spool: %w", err))
 			}
-			last = id
-			if !resent[id] {
-				break
-			}
-			delete(resent, id)
+			return
 		}
 		// For QoS 2 the window holds the upstream's receive quota too;
 		// over 3.1.1 a refusal is invisible.
@@ -949,6 +937,7 @@ func (s *session) ack(ctx context.Context, win *sendWindow, pending <-chan infli
 			}
 			b.completed(f.id) // QoS 0: complete once written
 		}
+		s.pick.done(f.id)
 		b.inflight.Add(-1)
 		win.release(f.st, time.Now())
 	}

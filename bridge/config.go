@@ -43,6 +43,9 @@ type Rule struct {
 	// (0: no limit; an MQTT 5 message expiry applies either way, the
 	// earlier of the two wins). See lanes.go.
 	MaxAge time.Duration
+	// Priority (out): the spool lane, "high", "normal" (default) or
+	// "bulk". high is always sent first, bulk last (lanes.go).
+	Priority string
 }
 
 // TLSConfig is the client side TLS of the uplink, used for tls://, ssl://
@@ -81,8 +84,13 @@ type Config struct {
 	// answers a plain PUBREC and discards the message (its default quota,
 	// max_inflight_messages, is 20).
 	MaxInflightQoS2 int
-	ReconnectMin    time.Duration // default 1s
-	ReconnectMax    time.Duration // default 60s
+	// Drain is how the spool drains: DrainFIFO (default) or
+	// DrainLiveFirst; BacklogShare is the backlog's share of the send
+	// window with live-first, in (0, 1] (default DefaultBacklogShare).
+	Drain        string
+	BacklogShare float64
+	ReconnectMin time.Duration // default 1s
+	ReconnectMax time.Duration // default 60s
 
 	// NoBridgeFlag sends plain MQTT 3.1.1 (protocol level 4) in CONNECT
 	// instead of level 0x84, the "bridge" flag mosquitto (try_private)
@@ -138,6 +146,12 @@ func (c *Config) setDefaults() {
 	if c.SpoolSync == "" {
 		c.SpoolSync = spool.SyncBatch.String()
 	}
+	if c.Drain == "" {
+		c.Drain = DrainFIFO
+	}
+	if c.BacklogShare == 0 {
+		c.BacklogShare = DefaultBacklogShare
+	}
 }
 
 // Validate checks c (after defaults) and reports every problem together,
@@ -161,6 +175,7 @@ type compiled struct {
 type rule struct {
 	Rule
 	localFilter, remoteFilter string
+	lane                      spool.Lane
 }
 
 var schemes = map[string]string{"tcp": "1883", "mqtt": "1883", "tls": "8883", "ssl": "8883", "mqtts": "8883", "ws": "", "wss": ""}
@@ -177,6 +192,12 @@ func (c Config) compile() (*compiled, error) {
 		bad("name", "%q must not contain '/', '+', '#' or NUL", c.Name)
 	}
 	out.stateTop = "$SYS/bridge/" + c.Name + "/state"
+	if c.Drain != DrainFIFO && c.Drain != DrainLiveFirst {
+		bad("drain", "%q: must be %s or %s", c.Drain, DrainFIFO, DrainLiveFirst)
+	}
+	if c.BacklogShare <= 0 || c.BacklogShare > 1 {
+		bad("backlog_share", "%v: must be in (0, 1]", c.BacklogShare)
+	}
 	if len(c.Addresses) == 0 {
 		bad("addresses", "at least one address is required")
 	}
@@ -254,7 +275,11 @@ func (c Config) compile() (*compiled, error) {
 		if r.MaxAge < 0 {
 			bad(key+".max_age", "%s: must not be negative", r.MaxAge)
 		}
-		cr := rule{Rule: r, localFilter: r.LocalPrefix + r.Pattern, remoteFilter: r.RemotePrefix + r.Pattern}
+		lane, err := spool.ParseLane(r.Priority)
+		if err != nil {
+			bad(key+".priority", "%v", err)
+		}
+		cr := rule{Rule: r, localFilter: r.LocalPrefix + r.Pattern, remoteFilter: r.RemotePrefix + r.Pattern, lane: lane}
 		if r.Pattern == "" {
 			bad(key+".pattern", "is required")
 		} else {

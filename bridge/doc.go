@@ -54,12 +54,15 @@
 // acknowledged locally survives an uplink outage, a crash and a reboot
 // (SpoolSync "batch" or "always"; with "none" a power loss may lose the last
 // moments) and reaches the cloud at least once. After every reconnect the
-// unacknowledged messages are sent again from the spool, oldest first, as
+// unacknowledged messages are sent again from the spool, oldest first in
+// each priority lane (high, normal, bulk; high always first: lanes.go), as
 // fast as the send window allows (window.go: sized by the link with
 // max_inflight auto, the default; a fixed count otherwise; QoS 2 within
-// max_inflight_qos2): the order of first copies is the local order, and a
-// message whose ack was lost with the connection arrives twice (at most
-// the publishes that were in flight).
+// max_inflight_qos2): within a lane (with drain fifo) the order of first
+// copies is the local order, and a message whose ack was lost with the
+// connection arrives twice (at most the publishes that were in flight).
+// With drain live-first, messages accepted during the current connection
+// go before the older backlog, which gets backlog_share of the window.
 //
 // QoS 2 is exactly once across reconnects when the upstream session is
 // persistent (clean_session: false): the bridge's paho store outlives each

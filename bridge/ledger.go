@@ -25,17 +25,29 @@ import (
 // for what a crash does to each). JSON names are those of
 // /ledger?format=json.
 type Ledger struct {
+	Accepted  uint64                `json:"accepted"`
+	Delivered uint64                `json:"delivered"` // acknowledged upstream (PUBACK, PUBCOMP; QoS 0 once written)
+	InFlight  uint64                `json:"in_flight"` // handed to the uplink, not yet acknowledged
+	Queued    uint64                `json:"queued"`    // in the spool, not yet sent on this connection
+	Dropped   map[string]uint64     `json:"dropped"`   // by reason: spool_full, expired, corrupt, refused, lost
+	Unknown   uint64                `json:"unknown"`   // removed by a spool from before the ledger, or acks.log damage
+	Mismatch  uint64                `json:"mismatch"`  // 0 unless acks.log damage counted removals twice
+	Rejected  map[string]uint64     `json:"rejected"`  // never accepted (since start): too_large, no_space, no_spool, failed
+	IDGap     uint64                `json:"id_gap"`    // spool IDs skipped after unclean stops (not messages)
+	AddsUp    bool                  `json:"adds_up"`   // the equation above holds in this snapshot
+	Lanes     map[string]LaneLedger `json:"lanes"`     // by priority lane: high, normal, bulk
+	Time      time.Time             `json:"time"`      // when the snapshot was taken
+}
+
+// LaneLedger is one priority lane's part of the ledger:
+// Accepted = Delivered + Live + sum(Dropped) + Unknown (in flight and
+// queued are not split per lane).
+type LaneLedger struct {
 	Accepted  uint64            `json:"accepted"`
-	Delivered uint64            `json:"delivered"` // acknowledged upstream (PUBACK, PUBCOMP; QoS 0 once written)
-	InFlight  uint64            `json:"in_flight"` // handed to the uplink, not yet acknowledged
-	Queued    uint64            `json:"queued"`    // in the spool, not yet sent on this connection
-	Dropped   map[string]uint64 `json:"dropped"`   // by reason: spool_full, expired, corrupt, refused, lost
-	Unknown   uint64            `json:"unknown"`   // removed by a spool from before the ledger, or acks.log damage
-	Mismatch  uint64            `json:"mismatch"`  // 0 unless acks.log damage counted removals twice
-	Rejected  map[string]uint64 `json:"rejected"`  // never accepted (since start): too_large, no_space, no_spool, failed
-	IDGap     uint64            `json:"id_gap"`    // spool IDs skipped after unclean stops (not messages)
-	AddsUp    bool              `json:"adds_up"`   // the equation above holds in this snapshot
-	Time      time.Time         `json:"time"`      // when the snapshot was taken
+	Delivered uint64            `json:"delivered"`
+	Live      uint64            `json:"live"`
+	Dropped   map[string]uint64 `json:"dropped"`
+	Unknown   uint64            `json:"unknown"`
 }
 
 // Sum is the right-hand side of the equation.
@@ -83,6 +95,15 @@ func (b *Bridge) Ledger() (l Ledger, ok bool) {
 	}
 	for r, n := range sl.Dropped {
 		l.Dropped[string(r)] = n
+	}
+	l.Lanes = make(map[string]LaneLedger, spool.NumLanes)
+	for i, ll := range sl.Lanes {
+		d := make(map[string]uint64, len(ll.Dropped))
+		for r, n := range ll.Dropped {
+			d[string(r)] = n
+		}
+		l.Lanes[spool.Lane(i).String()] = LaneLedger{Accepted: ll.Accepted, Delivered: ll.Delivered,
+			Live: ll.Live, Dropped: d, Unknown: ll.Unknown}
 	}
 	// In flight is the bridge's count, live the spool's, read a moment
 	// apart: in flight is at most live.

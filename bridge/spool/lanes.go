@@ -136,6 +136,13 @@ func (s *Spool) Head(lane Lane, after ID) (id ID, m Message, ok bool, err error)
 	}
 }
 
+// LastID returns the highest ID handed out so far (0: none).
+func (s *Spool) LastID() ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextID - 1
+}
+
 // Changed returns a channel closed at the next append (or Close): take it
 // before looking with Head, wait on it if there was nothing, and no
 // append is missed.

@@ -28,10 +28,19 @@ func ledgerStatus(b *bridge.Bridge) *metrics.Ledger {
 		}
 		return out
 	}
+	lanes := make(map[string]metrics.LaneLedger, len(l.Lanes))
+	for name, ll := range l.Lanes {
+		var dropped uint64
+		for _, n := range ll.Dropped {
+			dropped += n
+		}
+		lanes[name] = metrics.LaneLedger{Accepted: int64(ll.Accepted), Delivered: int64(ll.Delivered),
+			Live: int64(ll.Live), Dropped: int64(dropped), Unknown: int64(ll.Unknown)}
+	}
 	return &metrics.Ledger{
 		Accepted: int64(l.Accepted), Delivered: int64(l.Delivered), InFlight: int64(l.InFlight),
 		Queued: int64(l.Queued), Dropped: conv(l.Dropped), Unknown: int64(l.Unknown),
-		Mismatch: int64(l.Mismatch), Rejected: conv(l.Rejected), AddsUp: l.AddsUp,
+		Mismatch: int64(l.Mismatch), Rejected: conv(l.Rejected), AddsUp: l.AddsUp, Lanes: lanes,
 	}
 }
 

@@ -404,13 +404,15 @@ func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 		TLS: bridge.TLSConfig{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key, ServerName: b.TLS.ServerName,
 			InsecureSkipVerify: b.TLS.InsecureSkipVerify},
 		SpoolMaxBytes: b.Spool.MaxBytes, SpoolSync: p.Sync, SpoolSyncInterval: p.SyncInterval,
+		Drain: b.Drain,
 	}
+	bc.BacklogShare, _ = config.ParsePercent(b.BacklogShare) // validated
 	if p.Dir != "" {
 		bc.SpoolDir = filepath.Join(p.Dir, "bridges", b.Name)
 	}
 	for _, t := range b.Topics {
 		bc.Topics = append(bc.Topics, bridge.Rule{Pattern: t.Pattern, Direction: bridge.Direction(t.Direction),
-			QoS: t.QoS, LocalPrefix: t.LocalPrefix, RemotePrefix: t.RemotePrefix, MaxAge: t.MaxAge})
+			QoS: t.QoS, LocalPrefix: t.LocalPrefix, RemotePrefix: t.RemotePrefix, MaxAge: t.MaxAge, Priority: t.Priority})
 	}
 	return bc
 }

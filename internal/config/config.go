@@ -39,6 +39,19 @@ const (
 	DirectionBoth = "both" // both ways
 )
 
+// Bridge topic priorities (BridgeTopic.Priority): the spool lanes.
+const (
+	PriorityHigh   = "high"   // always sent first
+	PriorityNormal = "normal" // the default
+	PriorityBulk   = "bulk"   // sent last, dropped first when the spool is full
+)
+
+// Bridge drain policies (Bridge.Drain).
+const (
+	DrainFIFO      = "fifo"       // each lane oldest first
+	DrainLiveFirst = "live-first" // new messages first, the backlog with backlog_share of the window
+)
+
 // Persistence sync modes (Persistence.Sync).
 const (
 	SyncAlways = "always" // fsync after every write
@@ -227,6 +240,11 @@ type Bridge struct {
 	MaxInflightQoS2 int           `mapstructure:"max_inflight_qos2"`
 	ReconnectMin    time.Duration `mapstructure:"reconnect_min"`
 	ReconnectMax    time.Duration `mapstructure:"reconnect_max"`
+	// Drain is how the spool drains after an outage: fifo | live-first;
+	// BacklogShare ("25%") is the backlog's share of max_inflight with
+	// live-first.
+	Drain        string `mapstructure:"drain"`
+	BacklogShare string `mapstructure:"backlog_share"`
 
 	TLS    BridgeTLS     `mapstructure:"tls"`
 	Spool  Spool         `mapstructure:"spool"`
@@ -260,6 +278,8 @@ type BridgeTopic struct {
 	// MaxAge (out rules): a message not delivered upstream within this
 	// long of its arrival is dropped, counted as expired; 0 = no limit.
 	MaxAge time.Duration `mapstructure:"max_age"`
+	// Priority (out rules) is the spool lane: high | normal | bulk.
+	Priority string `mapstructure:"priority"`
 }
 
 // Metrics configures the HTTP endpoint serving /metrics and /healthz.
@@ -345,11 +365,13 @@ func DefaultBridge() Bridge {
 		ReconnectMin:    1 * time.Second,
 		ReconnectMax:    60 * time.Second,
 		Spool:           Spool{MaxBytes: 256 * MiB},
+		Drain:           DrainFIFO,
+		BacklogShare:    "25%",
 	}
 }
 
 // DefaultBridgeTopic returns the defaults applied to each entry of a bridge's
 // topics list.
 func DefaultBridgeTopic() BridgeTopic {
-	return BridgeTopic{Direction: DirectionOut, QoS: 1}
+	return BridgeTopic{Direction: DirectionOut, QoS: 1, Priority: PriorityNormal}
 }

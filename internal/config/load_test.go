@@ -183,8 +183,8 @@ listeners:
 					t.Errorf("bridge 0 = %+v", b)
 				}
 				wantTopics := []BridgeTopic{
-					{Pattern: "sensors/#", Direction: "out", QoS: 1, RemotePrefix: "site-a/"},
-					{Pattern: "cmd/+/set", Direction: "in", QoS: 2},
+					{Pattern: "sensors/#", Direction: "out", QoS: 1, RemotePrefix: "site-a/", Priority: "normal"},
+					{Pattern: "cmd/+/set", Direction: "in", QoS: 2, Priority: "normal"},
 				}
 				if !reflect.DeepEqual(b.Topics, wantTopics) {
 					t.Errorf("topics = %+v", b.Topics)

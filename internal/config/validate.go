@@ -360,6 +360,12 @@ func (c Config) validateBridges(es *Errors) {
 			es.add(k+".tls", "is set but no address uses tls://, ssl:// or wss://")
 		}
 		positiveSize(es, k+".spool.max_bytes", b.Spool.MaxBytes)
+		if b.Drain != "" { // "": the default, fifo
+			oneOf(es, k+".drain", b.Drain, DrainFIFO, DrainLiveFirst)
+		}
+		if _, err := ParsePercent(b.BacklogShare); err != nil && b.BacklogShare != "" {
+			es.add(k+".backlog_share", "%v", err)
+		}
 		if len(b.Topics) == 0 {
 			es.add(k+".topics", "at least one topic rule is needed (e.g. pattern: \"sensors/#\", direction: out)")
 		}
@@ -371,6 +377,12 @@ func (c Config) validateBridges(es *Errors) {
 			oneOf(es, tk+".direction", tp.Direction, DirectionOut, DirectionIn, DirectionBoth)
 			if tp.QoS < 0 || tp.QoS > 2 {
 				es.add(tk+".qos", "must be 0, 1 or 2 (got %d)", tp.QoS)
+			}
+			if tp.Priority != "" { // "": the default, normal
+				oneOf(es, tk+".priority", tp.Priority, PriorityHigh, PriorityNormal, PriorityBulk)
+			}
+			if tp.Priority != "" && tp.Priority != PriorityNormal && tp.Direction == DirectionIn {
+				es.add(tk+".priority", "applies to messages going out; this rule is direction: in")
 			}
 			if tp.MaxAge < 0 {
 				es.add(tk+".max_age", "must not be negative (got %s)", tp.MaxAge)

@@ -339,3 +339,26 @@ func TestRuntimeKnobs(t *testing.T) {
 		t.Fatalf("gc_percent 5 from env: %v", err)
 	}
 }
+
+// TestLaneKeys: priority, drain, backlog_share and max_age are checked,
+// each error naming its key.
+func TestLaneKeys(t *testing.T) {
+	c := Default()
+	b := validBridge()
+	b.Drain, b.BacklogShare = "lifo", "25"
+	b.Topics = append(b.Topics,
+		BridgeTopic{Pattern: "a/#", Direction: "out", QoS: 1, Priority: "urgent"},
+		BridgeTopic{Pattern: "b/#", Direction: "in", QoS: 1, Priority: "high", MaxAge: time.Second},
+		BridgeTopic{Pattern: "c/#", Direction: "out", QoS: 1, MaxAge: -time.Second})
+	c.Bridges = []Bridge{b}
+	err := c.Validate()
+	for _, want := range []string{"bridges[0].drain", "bridges[0].backlog_share", "bridges[0].topics[1].priority",
+		"bridges[0].topics[2].priority", "bridges[0].topics[2].max_age", "bridges[0].topics[3].max_age"} {
+		if err == nil || !strings.Contains(err.Error(), want+":") {
+			t.Errorf("no error for %s in %v", want, err)
+		}
+	}
+	if v, err := ParsePercent("25%"); err != nil || v != 0.25 {
+		t.Errorf("ParsePercent(25%%) = %v, %v", v, err)
+	}
+}

@@ -23,6 +23,18 @@ type Ledger struct {
 	Mismatch  int64            `json:"mismatch"`
 	Rejected  map[string]int64 `json:"rejected"`
 	AddsUp    bool             `json:"adds_up"`
+	// Lanes: each priority lane's accepted = delivered + live + dropped +
+	// unknown.
+	Lanes map[string]LaneLedger `json:"lanes"`
+}
+
+// LaneLedger is one priority lane of a Ledger.
+type LaneLedger struct {
+	Accepted  int64 `json:"accepted"`
+	Delivered int64 `json:"delivered"`
+	Live      int64 `json:"live"`
+	Dropped   int64 `json:"dropped"`
+	Unknown   int64 `json:"unknown"`
 }
 
 // collectLedgers writes the ledger families of the bridges that have one.
@@ -43,6 +55,21 @@ func collectLedgers(w *expo, bs []BridgeStatus) {
 		if l := b.Ledger; l != nil {
 			for _, r := range sortedKeys(l.Dropped) {
 				f.v(float64(l.Dropped[r]), "bridge", b.Name, "reason", r)
+			}
+		}
+	}
+	f = w.gauge("edgegw_bridge_ledger_lane_messages",
+		"The ledger per priority lane: accepted = delivered + live + dropped + unknown (persisted).")
+	for _, b := range bs {
+		if l := b.Ledger; l != nil {
+			for _, lane := range sortedKeys(l.Lanes) {
+				ll := l.Lanes[lane]
+				for _, tv := range []struct {
+					term string
+					v    int64
+				}{{"accepted", ll.Accepted}, {"delivered", ll.Delivered}, {"live", ll.Live}, {"dropped", ll.Dropped}, {"unknown", ll.Unknown}} {
+					f.v(float64(tv.v), "bridge", b.Name, "lane", lane, "term", tv.term)
+				}
 			}
 		}
 	}
@@ -113,6 +140,12 @@ func WriteLedgers(w io.Writer, bs []BridgeStatus) {
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  dropped  %s\n", joinCounts(l.Dropped))
+		for _, lane := range []string{"high", "normal", "bulk"} {
+			if ll, ok := l.Lanes[lane]; ok && ll.Accepted > 0 {
+				fmt.Fprintf(w, "  lane %-6s accepted %d = delivered %d + live %d + dropped %d + unknown %d\n",
+					lane, ll.Accepted, ll.Delivered, ll.Live, ll.Dropped, ll.Unknown)
+			}
+		}
 		fmt.Fprintf(w, "  rejected %s (never accepted; since start)\n", joinCounts(l.Rejected))
 	}
 }
