@@ -110,6 +110,11 @@ type Stats struct {
 	Received      uint64 // inbound messages accepted locally and acked upstream
 	InboundFailed uint64 // inbound messages the gateway refused (not acked upstream)
 	AcceptFailed  uint64 // local messages the spool could not keep (publisher not acked); logged per burst
+
+	// The byte budget (budget.go), if one is set: the current period's
+	// start and the bytes written to the uplink in it.
+	BudgetStart time.Time
+	BudgetUsed  int64
 }
 
 // Bridge is one uplink to a cloud broker. Create it with New, run it with
@@ -123,6 +128,7 @@ type Bridge struct {
 	origin string
 
 	spool    atomic.Pointer[spool.Spool] // set by Open before the sinks are added
+	budget   *budget                     // uplink byte budget (budget.go); set by Open with the spool, nil: none
 	store    *uplinkStore                // paho's store, shared by the bridge's successive clients
 	openMu   sync.Mutex                  // serialises Open
 	tmpDir   string                      // spool dir made by Open when none is configured; removed by Run
@@ -241,6 +247,12 @@ func (b *Bridge) openSpool() error {
 		b.tmpDir = ""
 		return fmt.Errorf("bridge %s: open spool: %w", b.cfg.Name, err)
 	}
+	bg, err := newBudget(b.cfg.RateLimit, b.cfg.BudgetBytes, b.cfg.BudgetPeriod, dir, time.Now)
+	if err != nil {
+		sp.Close()
+		return fmt.Errorf("bridge %s: %w", b.cfg.Name, err)
+	}
+	b.budget = bg
 	b.spool.Store(sp)
 	return nil
 }
@@ -308,7 +320,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	sp := b.spool.Load()
 
+	bctx, stopBudget := context.WithCancel(context.Background())
+	budgetDone := make(chan struct{})
+	go func() {
+		defer close(budgetDone)
+		b.budget.keep(bctx, func(err error) { b.log.Warn("budget state not saved", "err", err) })
+	}()
 	b.loop(ctx)
+	stopBudget()
+	<-budgetDone
 
 	b.removeSinks()
 	b.setState(Disconnected, "", errors.New("stopped"))
@@ -339,6 +359,9 @@ func (b *Bridge) Stats() Stats {
 	st.Received = b.received.Load()
 	st.InboundFailed = b.inboundFailed.Load()
 	st.AcceptFailed = b.acceptFailed.Load()
+	if b.spool.Load() != nil && b.budget != nil {
+		st.BudgetStart, st.BudgetUsed = b.budget.state()
+	}
 	if sp := b.spool.Load(); sp != nil {
 		ss := sp.Stats()
 		st.SpoolMessages, st.SpoolBytes = ss.Messages, ss.Bytes
@@ -757,6 +780,7 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	b.win.Store(win)
 	pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
 	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win)
+	s.pick.budget = b.budget
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})

@@ -89,6 +89,13 @@ type Config struct {
 	// window with live-first, in (0, 1] (default DefaultBacklogShare).
 	Drain        string
 	BacklogShare float64
+	// RateLimit caps the bytes written to the uplink per second (token
+	// bucket; 0: none). BudgetBytes per BudgetPeriod caps them per period:
+	// once used, only the high lane is sent until the next period (0:
+	// none). See budget.go.
+	RateLimit    int64
+	BudgetBytes  int64
+	BudgetPeriod time.Duration
 	ReconnectMin time.Duration // default 1s
 	ReconnectMax time.Duration // default 60s
 
@@ -194,6 +201,12 @@ func (c Config) compile() (*compiled, error) {
 	out.stateTop = "$SYS/bridge/" + c.Name + "/state"
 	if c.Drain != DrainFIFO && c.Drain != DrainLiveFirst {
 		bad("drain", "%q: must be %s or %s", c.Drain, DrainFIFO, DrainLiveFirst)
+	}
+	if c.RateLimit < 0 {
+		bad("rate_limit", "%d: must not be negative", c.RateLimit)
+	}
+	if c.BudgetBytes < 0 || (c.BudgetBytes > 0 && c.BudgetPeriod <= 0) {
+		bad("budget", "%d bytes per %s: want a size per a period > 0", c.BudgetBytes, c.BudgetPeriod)
 	}
 	if c.BacklogShare <= 0 || c.BacklogShare > 1 {
 		bad("backlog_share", "%v: must be in (0, 1]", c.BacklogShare)

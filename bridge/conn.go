@@ -33,6 +33,7 @@ type deadlineConn struct {
 	lastRead *atomic.Int64 // unix nanos of the last read that returned data
 	store    *uplinkStore
 	w        *batchWriter
+	budget   *budget // debited with every byte written (budget.go); nil: none
 
 	// Read side, used only by paho's reader goroutine.
 	acks  ackRewriter
@@ -53,7 +54,9 @@ const writeChunk = 4 << 10
 // its packet id and hands it to the batch writer.
 func (c *deadlineConn) Write(p []byte) (int, error) {
 	rewriteOutgoing(c.store, p)
-	return c.w.Write(p)
+	n, err := c.w.Write(p)
+	c.budget.wrote(n)
+	return n, err
 }
 
 // Close flushes what is buffered (within the write timeout) and closes.
@@ -166,7 +169,7 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, slot *connSlot, onTimeout
 	}
 	dc := &deadlineConn{
 		Conn: c, lastRead: &b.lastRead, store: b.store, acks: ackRewriter{st: b.store},
-		w: newBatchWriter(c, b.cfg.WriteTimeout, onTimeout),
+		w: newBatchWriter(c, b.cfg.WriteTimeout, onTimeout), budget: b.budget,
 	}
 	if !slot.set(dc) {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)

@@ -70,6 +70,7 @@ const DefaultBacklogShare = 0.25
 type picker struct {
 	sp        *spool.Spool
 	win       *sendWindow
+	budget    *budget // nil: no limit
 	liveFirst bool
 	share     float64
 	boundary  spool.ID          // the first ID accepted during this connection
@@ -156,35 +157,59 @@ func (p *picker) backlogRoom() bool {
 // ctx ends.
 func (p *picker) next(ctx context.Context) (spool.ID, spool.Message, error) {
 	for {
+		// The rate limit: nothing is handed out while the bucket is in
+		// debt (budget.go).
+		if err := p.budget.wait(ctx); err != nil {
+			return 0, spool.Message{}, err
+		}
 		changed := p.sp.Changed()
-		id, m, ok, err := p.pick()
+		id, m, ok, retry, err := p.pick()
 		if err != nil {
 			return 0, m, err
 		}
 		if ok {
 			return id, m, nil
 		}
+		var later <-chan time.Time
+		var t *time.Timer
+		if retry > 0 { // a lane waits for the next budget period
+			t = time.NewTimer(retry)
+			later = t.C
+		}
 		select {
 		case <-changed:
 		case <-p.freed:
+		case <-later:
 		case <-ctx.Done():
-			return 0, m, ctx.Err()
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, m, err
 		}
 	}
 }
 
-// pick returns the next record if one may go now.
-func (p *picker) pick() (spool.ID, spool.Message, bool, error) {
+// pick returns the next record if one may go now; if none may because a
+// lane's period budget is used up, retry says when the next period starts.
+func (p *picker) pick() (id spool.ID, m spool.Message, ok bool, retry time.Duration, err error) {
 	for _, lane := range spool.ByPriority {
+		if allowed, wait := p.budget.laneAllowed(lane); !allowed {
+			if retry == 0 || wait < retry {
+				retry = max(wait, time.Millisecond)
+			}
+			continue
+		}
 		if !p.liveFirst {
 			if id, m, ok, err := p.head(lane, &p.all[lane], 0); ok || err != nil {
-				return id, m, ok, err
+				return id, m, ok, 0, err
 			}
 			continue
 		}
 		p.live[lane] = max(p.live[lane], p.boundary-1)
 		if id, m, ok, err := p.head(lane, &p.live[lane], 0); ok || err != nil {
-			return id, m, ok, err
+			return id, m, ok, 0, err
 		}
 		if !p.backlogRoom() {
 			continue
@@ -198,10 +223,10 @@ func (p *picker) pick() (spool.ID, spool.Message, bool, error) {
 			p.mu.Unlock()
 		}
 		if ok || err != nil {
-			return id, m, ok, err
+			return id, m, ok, 0, err
 		}
 	}
-	return 0, spool.Message{}, false, nil
+	return 0, spool.Message{}, false, retry, nil
 }
 
 // head returns the lane's next record after *cursor (below limit, if

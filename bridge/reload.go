@@ -102,6 +102,9 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		{"reconnect_min", cfg.ReconnectMin != b.cfg.ReconnectMin},
 		{"reconnect_max", cfg.ReconnectMax != b.cfg.ReconnectMax},
 		{"no_bridge_flag", cfg.NoBridgeFlag != b.cfg.NoBridgeFlag},
+		{"drain", cfg.Drain != b.cfg.Drain || cfg.BacklogShare != b.cfg.BacklogShare},
+		{"rate_limit", cfg.RateLimit != b.cfg.RateLimit},
+		{"budget", cfg.BudgetBytes != b.cfg.BudgetBytes || cfg.BudgetPeriod != b.cfg.BudgetPeriod},
 	}
 	for _, k := range restart {
 		if k.changed {

@@ -404,9 +404,12 @@ func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 		TLS: bridge.TLSConfig{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key, ServerName: b.TLS.ServerName,
 			InsecureSkipVerify: b.TLS.InsecureSkipVerify},
 		SpoolMaxBytes: b.Spool.MaxBytes, SpoolSync: p.Sync, SpoolSyncInterval: p.SyncInterval,
-		Drain: b.Drain,
+		Drain: b.Drain, RateLimit: b.RateLimit,
 	}
 	bc.BacklogShare, _ = config.ParsePercent(b.BacklogShare) // validated
+	if b.Budget != "" {
+		bc.BudgetBytes, bc.BudgetPeriod, _ = config.ParseBudget(b.Budget) // validated
+	}
 	if p.Dir != "" {
 		bc.SpoolDir = filepath.Join(p.Dir, "bridges", b.Name)
 	}

@@ -245,6 +245,11 @@ type Bridge struct {
 	// live-first.
 	Drain        string `mapstructure:"drain"`
 	BacklogShare string `mapstructure:"backlog_share"`
+	// RateLimit caps the bytes written to the uplink per second (0: none);
+	// Budget ("500MiB per 30d", "": none) caps them per period, after
+	// which only high-priority rules are sent until the next period.
+	RateLimit int64  `mapstructure:"rate_limit"`
+	Budget    string `mapstructure:"budget"`
 
 	TLS    BridgeTLS     `mapstructure:"tls"`
 	Spool  Spool         `mapstructure:"spool"`

@@ -363,6 +363,14 @@ func (c Config) validateBridges(es *Errors) {
 		if b.Drain != "" { // "": the default, fifo
 			oneOf(es, k+".drain", b.Drain, DrainFIFO, DrainLiveFirst)
 		}
+		if b.RateLimit < 0 {
+			es.add(k+".rate_limit", "must not be negative (got %d)", b.RateLimit)
+		}
+		if b.Budget != "" {
+			if _, _, err := ParseBudget(b.Budget); err != nil {
+				es.add(k+".budget", "%v", err)
+			}
+		}
 		if _, err := ParsePercent(b.BacklogShare); err != nil && b.BacklogShare != "" {
 			es.add(k+".backlog_share", "%v", err)
 		}

@@ -345,18 +345,21 @@ func TestRuntimeKnobs(t *testing.T) {
 func TestLaneKeys(t *testing.T) {
 	c := Default()
 	b := validBridge()
-	b.Drain, b.BacklogShare = "lifo", "25"
+	b.Drain, b.BacklogShare, b.RateLimit, b.Budget = "lifo", "25", -1, "500MiB each month"
 	b.Topics = append(b.Topics,
 		BridgeTopic{Pattern: "a/#", Direction: "out", QoS: 1, Priority: "urgent"},
 		BridgeTopic{Pattern: "b/#", Direction: "in", QoS: 1, Priority: "high", MaxAge: time.Second},
 		BridgeTopic{Pattern: "c/#", Direction: "out", QoS: 1, MaxAge: -time.Second})
 	c.Bridges = []Bridge{b}
 	err := c.Validate()
-	for _, want := range []string{"bridges[0].drain", "bridges[0].backlog_share", "bridges[0].topics[1].priority",
+	for _, want := range []string{"bridges[0].drain", "bridges[0].backlog_share", "bridges[0].rate_limit", "bridges[0].budget", "bridges[0].topics[1].priority",
 		"bridges[0].topics[2].priority", "bridges[0].topics[2].max_age", "bridges[0].topics[3].max_age"} {
 		if err == nil || !strings.Contains(err.Error(), want+":") {
 			t.Errorf("no error for %s in %v", want, err)
 		}
+	}
+	if n, p, err := ParseBudget("500MiB per 30d"); err != nil || n != 500<<20 || p != 30*24*time.Hour {
+		t.Errorf("ParseBudget = %d %s %v", n, p, err)
 	}
 	if v, err := ParsePercent("25%"); err != nil || v != 0.25 {
 		t.Errorf("ParsePercent(25%%) = %v, %v", v, err)
