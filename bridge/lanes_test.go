@@ -132,8 +132,15 @@ func testDrainOrder(t *testing.T, drain string, window int, qos byte, backlog in
 	end()
 	eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 50 })
 	if reset {
-		px.reset() // flows in flight are resumed under their packet ids
-		b.waitState(t, bridge.Connected)
+		// Flows in flight are resumed under their packet ids. Live
+		// messages are those accepted during the new connection: wait
+		// for it, not for the old one's state.
+		connects := b.Stats().Connects
+		px.reset()
+		eventually(t, 15*time.Second, "the reconnect", func() bool {
+			st := b.Stats()
+			return st.Connects > connects && st.State == bridge.Connected
+		})
 	}
 	start := time.Now()
 	var worst time.Duration
