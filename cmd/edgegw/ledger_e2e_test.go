@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,24 +96,48 @@ bridges:
       - {pattern: "stale/#", direction: out, qos: 1, max_age: 300ms}
 `, local, maddr, state, px.addr())), 0o600)
 
-	// The cloud reader: distinct payloads seen upstream.
+	// The cloud reader: distinct payloads seen upstream. mosquitto_sub, not
+	// a Go client: a subscriber that falls 1,000 messages behind a fast
+	// drain has messages dropped by mosquitto itself (seen under -race on
+	// a loaded machine: 16 "lost" that the cloud had acknowledged).
 	var (
 		mu       sync.Mutex
 		upstream = make(map[string]bool)
+		probes   int
 	)
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + cloud).SetClientID("cloud-reader").
-		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second))
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("cloud reader: %v", tok.Error())
+	chost, cport, _ := net.SplitHostPort(cloud)
+	reader := exec.Command("mosquitto_sub", "-h", chost, "-p", cport, "-i", "cloud-reader", "-q", "1",
+		"-t", "sensors/#", "-t", "stale/#", "-t", "probe/#", "-v")
+	readerOut, err := reader.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	defer sub.Disconnect(50)
-	if tok := sub.SubscribeMultiple(map[string]byte{"sensors/#": 1, "stale/#": 1}, func(_ mqtt.Client, m mqtt.Message) {
+	if err := reader.Start(); err != nil {
+		t.Fatalf("mosquitto_sub: %v", err)
+	}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(readerOut)
+		for sc.Scan() {
+			topic, payload, _ := strings.Cut(sc.Text(), " ")
+			mu.Lock()
+			if strings.HasPrefix(topic, "probe/") {
+				probes++
+			} else {
+				upstream[payload] = true
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() { reader.Process.Kill(); <-readDone; reader.Wait() }()
+	prober := mqttClient(t, cloud, "cloud-prober", false)
+	waitFor(t, 10*time.Second, "the cloud reader subscribed", func() bool {
+		mustToken(t, "probe", prober.Publish("probe/x", 1, false, "p"))
 		mu.Lock()
-		upstream[string(m.Payload())] = true
-		mu.Unlock()
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
+		defer mu.Unlock()
+		return probes > 0
+	})
 
 	// The local publisher: every message a distinct payload, 100 bytes.
 	var (
