@@ -115,6 +115,11 @@ type Stats struct {
 	// start and the bytes written to the uplink in it.
 	BudgetStart time.Time
 	BudgetUsed  int64
+	// MQTT 5 uplinks (protocol.go, uplink5.go).
+	Protocol          string          // of the current (or last) connection: "3.1.1" or "5"
+	UpstreamDropped   uint64          // messages the upstream refused for good (PUBACK/PUBREC reason code): dropped, never Acked
+	UpstreamDroppedBy map[byte]uint64 // the same by reason code (0x87 not authorized, 0x90 topic name invalid, ...)
+	UpstreamRetried   uint64          // temporary refusals (0x97 quota exceeded, ...): the message stays and is sent again
 }
 
 // Bridge is one uplink to a cloud broker. Create it with New, run it with
@@ -138,6 +143,12 @@ type Bridge struct {
 	running  atomic.Bool
 
 	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
+	proto    string // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
+
+	sess5        *session5 // the MQTT 5 uplink's session state, shared by its clients (session5.go)
+	upRefused    refusalCounts
+	upRefusedLog refusalLog5
+	uplinkProto  atomic.Value // string: the protocol of the current or last connection
 	refusals refusalLog
 	failLog  failLog // connect failure lines (log.go); only touched by the owner goroutine
 
@@ -177,7 +188,9 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 		protocol: 0x84,
 	}
 	b.c.Store(c)
+	b.proto = c.proto
 	b.store = newUplinkStore(b.completed)
+	b.sess5 = newSession5(b.ended5)
 	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
 	if cfg.NoBridgeFlag {
 		b.protocol = 4
@@ -362,6 +375,9 @@ func (b *Bridge) Stats() Stats {
 	if b.spool.Load() != nil && b.budget != nil {
 		st.BudgetStart, st.BudgetUsed = b.budget.state()
 	}
+	st.Protocol, _ = b.uplinkProto.Load().(string)
+	st.UpstreamDroppedBy, st.UpstreamDropped = b.upRefused.droppedByReason()
+	st.UpstreamRetried = b.upRefused.retried.Load()
 	if sp := b.spool.Load(); sp != nil {
 		ss := sp.Stats()
 		st.SpoolMessages, st.SpoolBytes = ss.Messages, ss.Bytes
@@ -573,7 +589,7 @@ func (b *Bridge) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		b.applyPending()
 		for _, u := range b.c.Load().addrs {
-			s, err := b.connect(ctx, u)
+			serve, err := b.connectUplink(ctx, u) // uplink5.go: by protocol
 			if ctx.Err() != nil {
 				return
 			}
@@ -586,7 +602,7 @@ func (b *Bridge) loop(ctx context.Context) {
 			}
 			bo.reset()
 			b.failLog.connected(b.log, time.Now())
-			b.serve(ctx, s)
+			serve(ctx)
 			break
 		}
 		t := time.NewTimer(bo.next())
@@ -681,7 +697,7 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
 			}
 		}).
 		SetCustomOpenConnectionFn(func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
-			return b.dial(ctx, uri, &s.slot, onTimeout)
+			return b.dial(ctx, uri, b.store, &s.slot, onTimeout)
 		})
 	s.client = mqtt.NewClient(o)
 	tok := s.client.Connect()

@@ -106,6 +106,13 @@ type Config struct {
 	// "unacceptable protocol version" is retried with 4 automatically.
 	NoBridgeFlag bool
 
+	// Protocol is the uplink's MQTT version: "3.1.1" (the default), "5",
+	// or "auto": 5, and 3.1.1 from the first CONNACK that refuses version
+	// 5 until the bridge restarts. Over MQTT 5 the broker's Receive
+	// Maximum bounds the QoS 1/2 publishes in flight (MaxInflightQoS2 is
+	// not used) and its refusals are seen (uplink5.go).
+	Protocol string
+
 	TLS TLSConfig
 
 	SpoolDir          string        // durable spool directory; "" = a temporary, non-durable one
@@ -174,6 +181,7 @@ type compiled struct {
 	addrs    []*url.URL
 	tls      *tls.Config
 	sync     spool.SyncMode
+	proto    string // Protocol311, Protocol5 or ProtocolAuto
 	out, in  []rule
 	stateTop string
 }
@@ -259,6 +267,11 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.MaxInflight < 0 || c.MaxInflight > 65535 {
 		bad("max_inflight", "%d: must be 1..65535, or 0 for auto", c.MaxInflight)
+	}
+	if p, err := parseProtocol(c.Protocol); err != nil {
+		bad("protocol", "%v", err)
+	} else {
+		out.proto = p
 	}
 	if c.MaxInflightQoS2 < 1 || c.MaxInflightQoS2 > 65535 {
 		bad("max_inflight_qos2", "%d: must be 1..65535", c.MaxInflightQoS2)

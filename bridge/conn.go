@@ -31,7 +31,7 @@ import (
 type deadlineConn struct {
 	net.Conn
 	lastRead *atomic.Int64 // unix nanos of the last read that returned data
-	store    *uplinkStore
+	store    *uplinkStore  // nil: no packet id rewriting (MQTT 5, session5.go)
 	w        *batchWriter
 	budget   *budget // debited with every byte written (budget.go); nil: none
 
@@ -53,7 +53,9 @@ const writeChunk = 4 << 10
 // Write takes one packet from paho (paho writes one per call), rewrites
 // its packet id and hands it to the batch writer.
 func (c *deadlineConn) Write(p []byte) (int, error) {
-	rewriteOutgoing(c.store, p)
+	if c.store != nil {
+		rewriteOutgoing(c.store, p)
+	}
 	n, err := c.w.Write(p)
 	c.budget.wrote(n)
 	return n, err
@@ -79,7 +81,11 @@ func (c *deadlineConn) Read(p []byte) (int, error) {
 		n, err := c.Conn.Read(c.rbuf[:readBlock])
 		if n > 0 {
 			c.lastRead.Store(time.Now().UnixNano())
-			c.ready = c.acks.filter(c.rbuf[:n], c.rbuf[readBlock:readBlock])
+			if c.store != nil {
+				c.ready = c.acks.filter(c.rbuf[:n], c.rbuf[readBlock:readBlock])
+			} else {
+				c.ready = c.rbuf[:n]
+			}
 		}
 		c.rerr = err
 		if err != nil {
@@ -132,8 +138,9 @@ func (s *connSlot) close() {
 }
 
 // dial opens the transport for u within ConnectTimeout (TCP, TLS or
-// WebSocket), wrapped in a deadlineConn.
-func (b *Bridge) dial(ctx context.Context, u *url.URL, slot *connSlot, onTimeout func(error)) (net.Conn, error) {
+// WebSocket), wrapped in a deadlineConn that rewrites packet ids through
+// st (nil: none).
+func (b *Bridge) dial(ctx context.Context, u *url.URL, st *uplinkStore, slot *connSlot, onTimeout func(error)) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ConnectTimeout)
 	defer cancel()
 	var (
@@ -168,7 +175,7 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, slot *connSlot, onTimeout
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), err)
 	}
 	dc := &deadlineConn{
-		Conn: c, lastRead: &b.lastRead, store: b.store, acks: ackRewriter{st: b.store},
+		Conn: c, lastRead: &b.lastRead, store: st, acks: ackRewriter{st: st},
 		w: newBatchWriter(c, b.cfg.WriteTimeout, onTimeout), budget: b.budget,
 	}
 	if !slot.set(dc) {

@@ -303,7 +303,7 @@ func inOrder(t testing.TB, msgs []rx, topic, prefix string, n int) (dups int) {
 		}
 		seen[m.payload] = true
 		if want := prefix + strconv.Itoa(next); m.payload != want {
-			t.Fatalf("out of order: got %q, want %q", m.payload, want)
+			t.Fatalf("%s out of order: got %q, want %q", topic, m.payload, want)
 		}
 		next++
 	}

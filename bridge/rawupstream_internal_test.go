@@ -39,6 +39,24 @@ type RawUpstream struct {
 	received map[string]int      // PUBLISH packets per payload (re-sends included)
 	dups     int                 // PUBLISH with DUP set
 	rels     int                 // PUBREL packets
+	refuseV5 bool                // answer a version 5 CONNECT as a 3.1.1-only broker does
+	v5       int                 // version 5 CONNECTs seen
+}
+
+// RefuseV5 makes the server answer an MQTT 5 CONNECT as a broker that
+// speaks only 3.1.1: CONNACK "unacceptable protocol version" (return code
+// 1), then close [MQTT-3.1.2-2] (3.1.1).
+func (u *RawUpstream) RefuseV5() {
+	u.mu.Lock()
+	u.refuseV5 = true
+	u.mu.Unlock()
+}
+
+// V5Connects returns the MQTT 5 CONNECTs seen.
+func (u *RawUpstream) V5Connects() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.v5
 }
 
 // StartRawUpstream listens on 127.0.0.1; it stops in t's cleanup.
@@ -121,6 +139,16 @@ func (u *RawUpstream) serve(c net.Conn) {
 				return
 			}
 			ack := packets.NewControlPacket(packets.Connack).(*packets.ConnackPacket)
+			if p.ProtocolVersion == 5 {
+				u.v5++
+				if u.refuseV5 {
+					ack.ReturnCode = packets.ErrRefusedBadProtocolVersion
+					u.mu.Unlock()
+					c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+					ack.Write(c)
+					return
+				}
+			}
 			ack.SessionPresent = u.conns > 1
 			reply = ack
 		case *packets.PublishPacket:

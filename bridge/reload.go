@@ -105,6 +105,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		{"drain", cfg.Drain != b.cfg.Drain || cfg.BacklogShare != b.cfg.BacklogShare},
 		{"rate_limit", cfg.RateLimit != b.cfg.RateLimit},
 		{"budget", cfg.BudgetBytes != b.cfg.BudgetBytes || cfg.BudgetPeriod != b.cfg.BudgetPeriod},
+		{"protocol", cfg.Protocol != b.cfg.Protocol},
 	}
 	for _, k := range restart {
 		if k.changed {

@@ -1,0 +1,640 @@
+package bridge
+
+// Design note: the MQTT 5 uplink (Config.Protocol "5", or "auto" while the
+// broker accepts version 5). It keeps every promise of the 3.1.1 uplink and
+// adds the two MQTT 5 gives:
+//
+//   - the broker's Receive Maximum (CONNACK) bounds the QoS 1 and 2
+//     publishes in flight [MQTT-4.9.0-2], so the bridge never exceeds the
+//     quota a 3.1.1 broker enforces silently (mosquitto: 20); the byte
+//     window (window.go) holds as well, and max_inflight_qos2 is not used;
+//   - PUBACK/PUBREC carry a reason code: a refused message is never counted
+//     as delivered. A temporary refusal (0x97 quota exceeded, ...) keeps it
+//     in the spool and pauses the sender for a backoff, after which the
+//     refused messages go first; a permanent one (0x87 not authorized,
+//     0x90 topic name invalid, ...) drops it, counted by reason
+//     (Stats.UpstreamDropped, protocol.go).
+//
+// One goroutine (the owner's, as for 3.1.1) dials the connection itself
+// (dial: deadline conn, batched writes with write_timeout per chunk, reads
+// time-stamped for the ack watchdog; no packet id rewriting, see
+// session5.go) and runs a fresh paho.golang Client on it per connection;
+// the session state (session5.go) lives as long as the bridge. While
+// connected, a sender and an acker run as for 3.1.1: the sender walks the
+// spool, the acker waits for each flow's end in send order and is the ack
+// watchdog.
+//
+// With "auto" a broker that refuses version 5 (CONNACK 0x84, or the 3.1.1
+// CONNACK "unacceptable protocol version" a 3.1.1-only broker sends) is
+// connected with MQTT 3.1.1 at once, and the bridge stays on 3.1.1 until
+// it restarts.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+	"github.com/edgegw/edgegw/gateway"
+)
+
+// errV5Refused is why connect5 failed when the broker does not speak MQTT 5.
+var errV5Refused = errors.New("upstream refuses MQTT 5")
+
+// connectUplink connects u with the protocol in force and returns the
+// function that serves the connection until it is lost or ctx ends.
+// Called by the owner goroutine only (it may change b.proto).
+func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context), error) {
+	if b.proto == Protocol311 {
+		s, err := b.connect(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		b.uplinkProto.Store(Protocol311)
+		return func(ctx context.Context) { b.serve(ctx, s) }, nil
+	}
+	s, err := b.connect5(ctx, u)
+	if errors.Is(err, errV5Refused) && b.proto == ProtocolAuto {
+		b.log.Info("upstream refuses MQTT 5; using MQTT 3.1.1 until the bridge restarts", "address", u.Redacted())
+		b.proto = Protocol311
+		return b.connectUplink(ctx, u)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.uplinkProto.Store(Protocol5)
+	return func(ctx context.Context) { b.serve5(ctx, s) }, nil
+}
+
+// lockedConn is the MQTT 5 uplink's connection as paho.golang sees it:
+// paho writes a packet in several Writes (header, then body), from
+// several goroutines, and holds the lock while it does when the
+// connection is a sync.Locker. It also keeps the first bytes read, to
+// recognise a 3.1.1 broker's refusal of version 5.
+type lockedConn struct {
+	*deadlineConn
+	sync.Mutex
+	first []byte // up to 4 bytes; only paho's reader touches it
+}
+
+func (c *lockedConn) Read(p []byte) (int, error) {
+	n, err := c.deadlineConn.Read(p)
+	if len(c.first) < 4 {
+		c.first = append(c.first, p[:min(n, 4-len(c.first))]...)
+	}
+	return n, err
+}
+
+// refused311 reports whether the broker answered with a 3.1.1 CONNACK
+// "unacceptable protocol version" (return code 1) [MQTT-3.1.2-2] (3.1.1).
+func (c *lockedConn) refused311() bool {
+	return len(c.first) == 4 && c.first[0] == 0x20 && c.first[1] == 2 && c.first[3] == 1
+}
+
+// uplink5 is one MQTT 5 upstream connection.
+type uplink5 struct {
+	*session // the 3.1.1 session's teardown, cause and lost report; its client is nil
+	c        *paho.Client
+	done     <-chan struct{} // closed when paho's client has shut down
+
+	recvMax   int  // the broker's Receive Maximum
+	maxPacket int  // the broker's Maximum Packet Size (0: none)
+	maxQoS    byte // the broker's Maximum QoS
+	retain    bool // the broker takes retained messages
+
+	mu      sync.Mutex
+	retries []spool.ID         // temporarily refused records, to send again
+	hold    time.Time          // no new publish before this (backoff after a refusal)
+	bo      backoff            // of hold
+	wake    context.CancelFunc // ends the sender's wait for the spool when a retry is due
+}
+
+// connect5 dials u and brings an MQTT 5 session up, subscriptions included.
+func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
+	s := &uplink5{session: &session{b: b, addr: u, lost: make(chan error, 1)}, recvMax: 65535, maxQoS: 2, retain: true}
+	s.bo = backoff{min: min(retryMin, b.cfg.ReconnectMin), max: b.cfg.ReconnectMax}
+	onTimeout := func(err error) {
+		b.writeTimeouts.Add(1)
+		why := fmt.Errorf("write timeout: %w", err)
+		s.setCause(why)
+		b.setState(Disconnected, "", why)
+	}
+	nc, err := b.dial(ctx, u, nil, &s.slot, onTimeout)
+	if err != nil {
+		return nil, err
+	}
+	lc := &lockedConn{deadlineConn: nc.(*deadlineConn)}
+	lost := func(err error) {
+		select {
+		case s.lost <- err:
+		default:
+		}
+	}
+	s.c = paho.NewClient(paho.ClientConfig{
+		ClientID:          b.cfg.ClientID,
+		Conn:              lc,
+		Session:           b.sess5, // outlives the client
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){b.inbound5},
+		PacketTimeout:     b.cfg.AckTimeout, // SUBACK, UNSUBACK
+		OnClientError:     lost,
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			lost(fmt.Errorf("upstream sent DISCONNECT 0x%02x", d.ReasonCode))
+		},
+	})
+	cp := &paho.Connect{
+		ClientID:     b.cfg.ClientID,
+		KeepAlive:    uint16(b.cfg.KeepAlive / time.Second),
+		CleanStart:   b.cfg.CleanSession,
+		Username:     b.cfg.Username,
+		UsernameFlag: b.cfg.Username != "",
+		Password:     []byte(b.cfg.Password),
+		PasswordFlag: b.cfg.Password != "",
+	}
+	if !b.cfg.CleanSession {
+		// A persistent session: kept by the broker until the bridge comes
+		// back, as clean_session false does over 3.1.1 [MQTT-3.1.2-23].
+		never := uint32(0xFFFFFFFF)
+		cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: &never}
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.ConnectTimeout)
+	ca, err := s.c.Connect(cctx, cp)
+	cancel()
+	if err != nil {
+		s.slot.close() // paho closed it too
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if lc.refused311() || (ca != nil && ca.ReasonCode == rcUnsupportedProtocol) {
+			return nil, fmt.Errorf("connect %s: %w", u.Redacted(), errV5Refused)
+		}
+		if ca != nil {
+			return nil, fmt.Errorf("connect %s: CONNACK 0x%02x: %w", u.Redacted(), ca.ReasonCode, err)
+		}
+		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), err)
+	}
+	s.done = s.c.Done()
+	if p := ca.Properties; p != nil {
+		if p.ReceiveMaximum != nil && *p.ReceiveMaximum > 0 {
+			s.recvMax = int(*p.ReceiveMaximum)
+		}
+		if p.MaximumPacketSize != nil {
+			s.maxPacket = int(*p.MaximumPacketSize)
+		}
+		if p.MaximumQoS != nil {
+			s.maxQoS = *p.MaximumQoS
+		}
+		s.retain = p.RetainAvailable
+	}
+	if err := b.subscribeAll5(ctx, s); err != nil {
+		s.waitLost5()
+		return nil, err
+	}
+	return s, nil
+}
+
+// retryMin is the first backoff after a temporary refusal (at most
+// reconnect_min).
+const retryMin = 100 * time.Millisecond
+
+// waitLost5 closes the socket and waits (bounded) until paho's client has
+// shut down: its session calls must end before the next connection's
+// begin.
+func (s *uplink5) waitLost5() {
+	s.slot.close()
+	t := time.NewTimer(s.b.cfg.WriteTimeout + s.b.cfg.ConnectTimeout)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+		s.b.log.Error("MQTT 5 client did not shut down in time")
+	}
+}
+
+// subscribeAll5 is subscribeAll for an MQTT 5 connection: the in rules
+// with No Local set, so the broker never sends the bridge's own publishes
+// back [MQTT-3.8.3-3] (the bridge flag of 3.1.1). A reload's change of the
+// in rules applies at the next connection (syncSubs knows 3.1.1 clients
+// only).
+func (b *Bridge) subscribeAll5(ctx context.Context, s *uplink5) error {
+	rl := &b.rl
+	rl.subMu.Lock()
+	if rl.pending.Load() != nil {
+		rl.subMu.Unlock()
+		return errReload
+	}
+	subs := b.c.Load().subscriptions()
+	var stale []string
+	for f := range rl.stale {
+		if _, ok := subs[f]; !ok {
+			stale = append(stale, f)
+		}
+	}
+	rl.live, rl.have = nil, subs
+	rl.subMu.Unlock()
+	if len(subs) > 0 {
+		var opts []paho.SubscribeOptions
+		for f, q := range subs {
+			opts = append(opts, paho.SubscribeOptions{Topic: f, QoS: q, NoLocal: true})
+		}
+		slices.SortFunc(opts, func(a, b paho.SubscribeOptions) int { return cmpString(a.Topic, b.Topic) })
+		if _, err := s.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: opts}); err != nil {
+			return fmt.Errorf("subscribe %s: %w", s.addr.Redacted(), err)
+		}
+	}
+	if len(stale) > 0 && !b.cfg.CleanSession {
+		slices.Sort(stale)
+		if _, err := s.c.Unsubscribe(ctx, &paho.Unsubscribe{Topics: stale}); err != nil {
+			return fmt.Errorf("unsubscribe %s: %w", s.addr.Redacted(), err)
+		}
+		rl.subMu.Lock()
+		for _, f := range stale {
+			delete(rl.stale, f)
+		}
+		rl.subMu.Unlock()
+	}
+	return nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// inbound5 is paho's handler for every message from upstream (in order,
+// on paho's router goroutine); paho acknowledges it afterwards through
+// the session, unless the gateway refused it (see inbound).
+func (b *Bridge) inbound5(pr paho.PublishReceived) (bool, error) {
+	p := pr.Packet
+	local, ok := b.c.Load().inTopic(p.Topic)
+	if !ok {
+		b.log.Warn("inbound message matches no in rule; dropped", "topic", p.Topic)
+		return true, nil
+	}
+	err := b.gw.Publish(&gateway.Message{
+		Topic: local, Payload: p.Payload, QoS: p.QoS, Retain: p.Retain, Origin: b.origin,
+	})
+	if err != nil {
+		b.inboundFailed.Add(1)
+		if p.QoS > 0 {
+			b.sess5.refuseInbound(p.PacketID)
+		}
+		b.log.Warn("inbound message refused locally; not acked upstream", "topic", local, "err", err)
+		return true, nil
+	}
+	b.received.Add(1)
+	return true, nil
+}
+
+// ended5 is the session's report that the broker answered flow f (see
+// session5): success acks its record, a permanent refusal drops it; a
+// temporary one leaves it to the session's acker.
+func (b *Bridge) ended5(f *flow5) {
+	switch {
+	case f.reason < 0x80:
+		b.completed(f.rec)
+	case permanentRefusal(f.reason):
+		b.dropRefused(f.rec, f.reason)
+	}
+}
+
+// dropRefused removes a record the upstream refused for good: it is
+// counted by reason, never as delivered (Stats.Acked).
+func (b *Bridge) dropRefused(rec spool.ID, rc byte) {
+	if err := b.spool.Load().Ack(rec); err != nil {
+		b.log.Error("spool drop", "id", uint64(rec), "err", err)
+	}
+	b.upRefused.dropped[rc].Add(1)
+	b.upRefusedLog.note(b.log, rc)
+}
+
+// inflight5 is an MQTT 5 publish handed to paho and not yet answered.
+type inflight5 struct {
+	id spool.ID
+	f  *flow5
+	st stamp
+}
+
+// quotaQoS is the QoS under which a publish takes room in the send
+// window: over MQTT 5 the window's QoS 2 count is the broker's receive
+// quota, which QoS 1 and QoS 2 publishes take alike [MQTT-4.9.0-1].
+func quotaQoS(qos byte) byte {
+	if qos > 0 {
+		return 2
+	}
+	return 0
+}
+
+// serve5 runs a connected MQTT 5 session until it is lost or ctx ends.
+func (b *Bridge) serve5(ctx context.Context, s *uplink5) {
+	b.lastRead.Store(time.Now().UnixNano())
+	b.connects.Add(1)
+	b.setState(Connected, s.addr.Redacted(), nil)
+
+	sctx, cancel := context.WithCancel(ctx)
+	maxCount, auto := b.windowLimits()
+	win := newSendWindow(maxCount, min(s.recvMax, maxCount), auto, time.Now())
+	b.win.Store(win)
+	pending := make(chan inflight5, maxCount)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	senderDone := make(chan struct{})
+	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, win, pending) }()
+	go func() { defer wg.Done(); s.ack(sctx, win, pending) }()
+
+	var why error
+	select {
+	case why = <-s.lost:
+	case <-ctx.Done():
+		why = errors.New("stopped")
+		<-senderDone
+		s.drain()
+	}
+	if c := s.getCause(); c != nil {
+		why = c
+	}
+	cancel()
+	if ctx.Err() != nil {
+		_ = s.c.Disconnect(&paho.Disconnect{ReasonCode: 0}) // polite; the socket is closed below anyway
+	}
+	s.waitLost5()
+	wg.Wait()
+	b.inflight.Store(0)
+	b.win.Store(nil)
+	b.disconnects.Add(1)
+	b.setState(Disconnected, "", why)
+}
+
+// drain waits, on a stop, for the flows in flight to end (bounded), as
+// the 3.1.1 session's drain does.
+func (s *uplink5) drain() {
+	fs := s.b.sess5.pending()
+	t := time.NewTimer(min(stopDrain, s.b.cfg.AckTimeout))
+	defer t.Stop()
+	for _, f := range fs {
+		select {
+		case <-f.done:
+		case <-s.lost:
+			return
+		case <-t.C:
+			s.b.log.Warn("stopping with publishes in flight; they are sent again after the restart", "in_flight", len(s.b.sess5.pending()))
+			return
+		}
+	}
+}
+
+// send is the MQTT 5 sender: the flows re-sent on connect first (they hold
+// room), then the spool oldest first, each within the send window and the
+// receive quota; temporarily refused records go again after a backoff.
+func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- inflight5) {
+	b := s.b
+	sp := b.spool.Load()
+	resent := make(map[spool.ID]bool)
+	now := time.Now()
+	fs := b.sess5.pending()
+	b.store.resumed.Add(uint64(len(fs))) // Stats.Resumed counts both uplinks' resumed flows
+	for _, f := range fs {
+		st := win.add(f.size, quotaQoS(f.qos), now)
+		resent[f.rec] = true
+		b.inflight.Add(1)
+		b.sent.Add(1)
+		pending <- inflight5{id: f.rec, f: f, st: st}
+	}
+	var last spool.ID
+	for {
+		id, m, ok := s.next(ctx, sp, &last, resent)
+		if !ok {
+			return
+		}
+		size := publishSize(m.Topic, len(m.Payload))
+		if rc := s.refuseLocally(m, size); rc != 0 {
+			b.dropRefused(id, rc)
+			continue
+		}
+		st, ok := win.acquire(ctx, size, quotaQoS(m.QoS))
+		if !ok {
+			return
+		}
+		var f *flow5
+		for m.QoS > 0 && f == nil {
+			var busy <-chan struct{}
+			if f, busy = b.sess5.begin(id, m.QoS, size); f == nil {
+				select { // a record 65535 older holds the packet id
+				case <-busy:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		b.inflight.Add(1)
+		st.sent = time.Now()
+		p := &paho.Publish{QoS: m.QoS, Retain: m.Retain, Topic: m.Topic, Payload: m.Payload}
+		if f != nil {
+			p.PacketID = f.id
+		}
+		_, err := s.c.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+		b.sent.Add(1)
+		if f == nil { // QoS 0: complete once written
+			b.inflight.Add(-1)
+			win.release(st, time.Now())
+			if err != nil {
+				s.teardown(fmt.Errorf("publish: %w", err))
+				return
+			}
+			b.completed(id)
+			continue
+		}
+		if err != nil && !errors.Is(err, paho.ErrNetworkErrorAfterStored) {
+			b.sess5.abandon(f) // not taken: the next connection sends the record again
+			b.inflight.Add(-1)
+			win.release(st, time.Now())
+			s.teardown(fmt.Errorf("publish: %w", err))
+			return
+		}
+		pending <- inflight5{id: id, f: f, st: st}
+	}
+}
+
+// refuseLocally returns the reason code a broker would refuse m with,
+// from what its CONNACK announced, or 0: such a message is never sent
+// (the broker would close the connection, [MQTT-3.2.2-12] and
+// [MQTT-3.1.2-24]), it is dropped and counted.
+func (s *uplink5) refuseLocally(m spool.Message, size int) byte {
+	switch {
+	case s.maxPacket > 0 && size > s.maxPacket:
+		return rcPacketTooLarge
+	case m.QoS > s.maxQoS:
+		return rcQoSNotSupported
+	case m.Retain && !s.retain:
+		return rcRetainNotSupported
+	}
+	return 0
+}
+
+// next returns the next record to send: a refused one whose backoff has
+// passed, else the next in the spool after *last (skipping those re-sent
+// on connect). false when ctx ended or the spool failed.
+func (s *uplink5) next(ctx context.Context, sp *spool.Spool, last *spool.ID, resent map[spool.ID]bool) (spool.ID, spool.Message, bool) {
+	for {
+		s.mu.Lock()
+		wait := time.Until(s.hold)
+		var retry spool.ID
+		if wait <= 0 && len(s.retries) > 0 {
+			retry = s.retries[0]
+			s.retries = s.retries[1:]
+		}
+		wctx, wake := context.WithCancel(ctx)
+		s.wake = wake
+		s.mu.Unlock()
+		if wait > 0 {
+			wake()
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return 0, spool.Message{}, false
+			}
+			continue
+		}
+		if retry != 0 {
+			wake()
+			es, err := sp.Peek(retry-1, 1)
+			if err != nil {
+				s.teardown(fmt.Errorf("spool: %w", err))
+				return 0, spool.Message{}, false
+			}
+			if len(es) == 1 && es[0].ID == retry {
+				return retry, es[0].Message, true
+			}
+			continue // gone meanwhile (dropped by the overflow policy)
+		}
+		id, m, err := sp.Next(wctx, *last)
+		wake()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, spool.Message{}, false
+			}
+			if wctx.Err() != nil {
+				continue // a refused record is due
+			}
+			s.teardown(fmt.Errorf("spool: %w", err))
+			return 0, spool.Message{}, false
+		}
+		*last = id
+		if resent[id] {
+			delete(resent, id)
+			continue
+		}
+		return id, m, true
+	}
+}
+
+// retry schedules record rec, temporarily refused, to be sent again, and
+// holds the sender back for a backoff.
+func (s *uplink5) retry(rec spool.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, _ := slices.BinarySearch(s.retries, rec)
+	s.retries = slices.Insert(s.retries, i, rec)
+	s.hold = time.Now().Add(s.bo.next())
+	if s.wake != nil {
+		s.wake()
+	}
+}
+
+// accepted resets the refusal backoff.
+func (s *uplink5) accepted() {
+	s.mu.Lock()
+	s.bo.reset()
+	s.mu.Unlock()
+}
+
+// ack is the MQTT 5 acker and ack watchdog (see session.ack): it waits
+// for each flow's end in send order and frees its room in the window.
+func (s *uplink5) ack(ctx context.Context, win *sendWindow, pending <-chan inflight5) {
+	b := s.b
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		var f inflight5
+		select {
+		case f = <-pending:
+		case <-ctx.Done():
+			return
+		}
+		timer.Reset(time.Until(f.st.sent.Add(b.cfg.AckTimeout)))
+	wait:
+		for {
+			select {
+			case <-f.f.done:
+				timer.Stop()
+				break wait
+			case <-timer.C:
+				if b.lastRead.Load() < f.st.sent.UnixNano() {
+					b.trips.Add(1)
+					s.teardown(fmt.Errorf("ack watchdog: no ack for %s and nothing from upstream", b.cfg.AckTimeout))
+					return
+				}
+				timer.Reset(b.cfg.AckTimeout)
+			case <-ctx.Done():
+				return
+			}
+		}
+		switch {
+		case f.f.reset:
+			// The broker lost the session (only at a connect, before this
+			// acker ran): the record stays and is sent again.
+		case f.f.reason >= 0x80 && !permanentRefusal(f.f.reason):
+			b.upRefused.retried.Add(1)
+			b.upRefusedLog.note(b.log, f.f.reason)
+			s.retry(f.id)
+		case f.f.reason < 0x80:
+			s.accepted()
+		}
+		b.inflight.Add(-1)
+		win.release(f.st, time.Now())
+	}
+}
+
+// refusalLog5 writes one log line per burst of upstream refusals of one
+// reason, not one per message. Safe for concurrent use.
+type refusalLog5 struct {
+	mu   sync.Mutex
+	last map[byte]time.Time
+	n    map[byte]uint64 // refusals not yet logged
+}
+
+func (r *refusalLog5) note(log interface {
+	Warn(msg string, args ...any)
+}, rc byte) {
+	r.mu.Lock()
+	if r.last == nil {
+		r.last, r.n = make(map[byte]time.Time), make(map[byte]uint64)
+	}
+	r.n[rc]++
+	now := time.Now()
+	if now.Sub(r.last[rc]) < refusalLogEvery {
+		r.mu.Unlock()
+		return
+	}
+	n := r.n[rc]
+	r.n[rc], r.last[rc] = 0, now
+	r.mu.Unlock()
+	what := "dropped"
+	if !permanentRefusal(rc) {
+		what = "kept and sent again after a backoff"
+	}
+	log.Warn("upstream refused messages: "+what, "reason", reasonName(rc), "code", fmt.Sprintf("0x%02x", rc), "count", n)
+}
