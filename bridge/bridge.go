@@ -142,15 +142,16 @@ type Bridge struct {
 	win      atomic.Pointer[sendWindow]  // the current connection's window, for Stats
 	running  atomic.Bool
 
-	protocol uint   // 0x84 (bridge flag) or 4; only touched by the owner goroutine
-	proto    string // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
+	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
+	refusals refusalLog
+	failLog  failLog // connect failure lines (log.go); only touched by the owner goroutine
 
-	sess5        *session5 // the MQTT 5 uplink's session state, shared by its clients (session5.go)
+	// MQTT 5 (uplink5.go).
+	proto        string       // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
+	sess5        *session5    // the MQTT 5 uplink's session state, shared by its clients (session5.go)
 	upRefused    refusalCounts
 	upRefusedLog refusalLog5
 	uplinkProto  atomic.Value // string: the protocol of the current or last connection
-	refusals     refusalLog
-	failLog      failLog // connect failure lines (log.go); only touched by the owner goroutine
 
 	stateMu   sync.Mutex // serialises state changes and their publication
 	state     State
