@@ -147,8 +147,8 @@ type Bridge struct {
 	failLog  failLog // connect failure lines (log.go); only touched by the owner goroutine
 
 	// MQTT 5 (uplink5.go).
-	proto        string       // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
-	sess5        *session5    // the MQTT 5 uplink's session state, shared by its clients (session5.go)
+	proto        string    // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
+	sess5        *session5 // the MQTT 5 uplink's session state, shared by its clients (session5.go)
 	upRefused    refusalCounts
 	upRefusedLog refusalLog5
 	uplinkProto  atomic.Value // string: the protocol of the current or last connection

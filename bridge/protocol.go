@@ -25,9 +25,9 @@ const (
 // parseProtocol checks a Config.Protocol value ("" is the default).
 func parseProtocol(s string) (string, error) {
 	switch s {
-	case "", Protocol311, "3", "4":
+	case "", Protocol311:
 		return Protocol311, nil
-	case Protocol5, "5.0":
+	case Protocol5:
 		return Protocol5, nil
 	case ProtocolAuto:
 		return ProtocolAuto, nil

@@ -284,7 +284,8 @@ func TestProtocolAutoUsesMQTT5(t *testing.T) {
 	gw := startGateway(t)
 	cfg := testConfig(t, "b1", up.url())
 	cfg.Protocol = bridge.ProtocolAuto
-	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 1}, {Pattern: "cmd/#", Direction: bridge.In, QoS: 2}}
+	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 1}, {Pattern: "cmd/#", Direction: bridge.In, QoS: 2},
+		{Pattern: "echo/#", Direction: bridge.Both, QoS: 1}}
 	upSub := subscribe(t, up.addr(), "up-sub", "sensors/#", 1)
 	localSub := subscribe(t, gw.addr, "local-sub", "cmd/#", 2)
 	b := runBridge(t, cfg, gw.srv)
@@ -292,8 +293,16 @@ func TestProtocolAutoUsesMQTT5(t *testing.T) {
 	if p := b.Stats().Protocol; p != bridge.Protocol5 {
 		t.Fatalf("protocol %q, want 5", p)
 	}
-	publish(t, client(t, gw.addr, "local-pub"), "sensors/t", 1, "up")
+	lc := client(t, gw.addr, "local-pub")
+	publish(t, lc, "sensors/t", 1, "up")
 	eventually(t, 10*time.Second, "the message upstream", func() bool { return upSub.has("sensors/t", "up") })
+	// A both rule: the bridge's own publish must not come back (No Local).
+	publish(t, lc, "echo/x", 1, "mine")
+	eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	// mosquitto queued any echo before the command that follows.
 	publish(t, client(t, up.addr(), "cloud-pub"), "cmd/x", 2, "down")
 	eventually(t, 10*time.Second, "the command locally", func() bool { return localSub.has("cmd/x", "down") })
+	if n := b.Stats().Received; n != 1 {
+		t.Fatalf("%d inbound messages; want 1 (the command, not the echo of our own publish)", n)
+	}
 }

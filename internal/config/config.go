@@ -225,6 +225,9 @@ type Bridge struct {
 	Username     string   `mapstructure:"username"`
 	Password     string   `mapstructure:"password"` // secret: redacted when printed
 	CleanSession bool     `mapstructure:"clean_session"`
+	// Protocol is the uplink's MQTT version: 3.1.1, 5, or auto (5, and
+	// 3.1.1 once the upstream refuses 5).
+	Protocol string `mapstructure:"protocol"`
 
 	Keepalive      time.Duration `mapstructure:"keepalive"`
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
@@ -367,6 +370,7 @@ func DefaultBridge() Bridge {
 		AckTimeout:      20 * time.Second,
 		MaxInflight:     WindowAuto,
 		MaxInflightQoS2: 20,
+		Protocol:        "3.1.1",
 		ReconnectMin:    1 * time.Second,
 		ReconnectMax:    60 * time.Second,
 		Spool:           Spool{MaxBytes: 256 * MiB},

@@ -94,6 +94,7 @@ bridges:
         qos: 2
   - name: backup
     addresses: tcp://127.0.0.1:1885
+    protocol: 5
     topics:
       - pattern: "#"
         qos: 0
@@ -179,8 +180,12 @@ listeners:
 				b := c.Bridges[0]
 				if b.Keepalive != 45*time.Second || b.ConnectTimeout != 10*time.Second || b.WriteTimeout != 5*time.Second ||
 					b.AckTimeout != 20*time.Second || b.MaxInflight != WindowAuto || b.MaxInflightQoS2 != 20 || b.ReconnectMin != time.Second ||
-					b.ReconnectMax != time.Minute || b.Spool.MaxBytes != 1<<30 || b.Password != "s3cret" || b.TLS.CA != "/etc/ssl/ca.pem" {
+					b.ReconnectMax != time.Minute || b.Spool.MaxBytes != 1<<30 || b.Password != "s3cret" || b.TLS.CA != "/etc/ssl/ca.pem" ||
+					b.Protocol != "3.1.1" {
 					t.Errorf("bridge 0 = %+v", b)
+				}
+				if p := c.Bridges[1].Protocol; p != "5" { // a YAML number
+					t.Errorf("bridge 1 protocol = %q, want 5", p)
 				}
 				wantTopics := []BridgeTopic{
 					{Pattern: "sensors/#", Direction: "out", QoS: 1, RemotePrefix: "site-a/", Priority: "normal"},

@@ -341,6 +341,11 @@ func (c Config) validateBridges(es *Errors) {
 		if b.MaxInflight < WindowAuto || b.MaxInflight > maxInflightMQTT {
 			es.add(k+".max_inflight", "must be auto or in 1..%d (got %d)", maxInflightMQTT, b.MaxInflight)
 		}
+		switch b.Protocol {
+		case "3.1.1", "5", "auto":
+		default:
+			es.add(k+".protocol", "must be 3.1.1, 5 or auto (got %q)", b.Protocol)
+		}
 		if b.MaxInflightQoS2 < 1 || b.MaxInflightQoS2 > maxInflightMQTT {
 			es.add(k+".max_inflight_qos2", "must be in 1..%d (got %d)", maxInflightMQTT, b.MaxInflightQoS2)
 		}

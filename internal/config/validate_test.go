@@ -139,6 +139,12 @@ func TestValidate(t *testing.T) {
 			c.Bridges = []Bridge{b}
 		}, []string{"bridges[0].keepalive", "bridges[0].connect_timeout", "bridges[0].write_timeout", "bridges[0].ack_timeout",
 			"bridges[0].max_inflight", "bridges[0].max_inflight_qos2", "bridges[0].reconnect_min", "bridges[0].spool.max_bytes"}},
+		{"bridge protocol", func(c *Config) {
+			a, b := validBridge(), validBridge()
+			a.Protocol, b.Protocol = "4", ""
+			b.Name = "b"
+			c.Bridges = []Bridge{a, b}
+		}, []string{"bridges[0].protocol", "bridges[1].protocol"}},
 		{"bridge auth and tls", func(c *Config) {
 			b := validBridge()
 			b.Password = "p"
