@@ -12,7 +12,9 @@ package bridge
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The values of Config.Protocol.
@@ -117,4 +119,35 @@ func (r *refusalCounts) droppedByReason() (map[byte]uint64, uint64) {
 		}
 	}
 	return m, total
+}
+
+// refusalLog5 writes one log line per burst of upstream refusals of one
+// reason, not one per message. Safe for concurrent use.
+type refusalLog5 struct {
+	mu   sync.Mutex
+	last map[byte]time.Time
+	n    map[byte]uint64 // refusals not yet logged
+}
+
+func (r *refusalLog5) note(log interface {
+	Warn(msg string, args ...any)
+}, rc byte) {
+	r.mu.Lock()
+	if r.last == nil {
+		r.last, r.n = make(map[byte]time.Time), make(map[byte]uint64)
+	}
+	r.n[rc]++
+	now := time.Now()
+	if now.Sub(r.last[rc]) < refusalLogEvery {
+		r.mu.Unlock()
+		return
+	}
+	n := r.n[rc]
+	r.n[rc], r.last[rc] = 0, now
+	r.mu.Unlock()
+	what := "dropped"
+	if !permanentRefusal(rc) {
+		what = "kept and sent again after a backoff"
+	}
+	log.Warn("upstream refused messages: "+what, "reason", reasonName(rc), "code", fmt.Sprintf("0x%02x", rc), "count", n)
 }

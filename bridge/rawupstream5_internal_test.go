@@ -45,6 +45,14 @@ type RawUpstream5 struct {
 	dups      int
 	rels      int
 	connects  []byte // protocol version of every CONNECT
+	withheld  int    // answers withheld by NoPubrec or NoPubcomp
+}
+
+// Withheld returns the answers withheld so far (PUBREC or PUBCOMP).
+func (u *RawUpstream5) Withheld() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.withheld
 }
 
 // StartRawUpstream5 listens on 127.0.0.1; it stops in t's cleanup.
@@ -199,6 +207,7 @@ func (u *RawUpstream5) serve(c net.Conn) {
 			}
 			if a != nil && a.NoPubrec {
 				u.inflight++ // holds a place of the quota until the connection ends
+				u.withheld++
 				u.maxIn = max(u.maxIn, u.inflight+len(u.held))
 				break
 			}
@@ -212,6 +221,7 @@ func (u *RawUpstream5) serve(c net.Conn) {
 			u.rels++
 			pl, ok := u.held[p.PacketID]
 			if a := u.rule[pl]; a != nil && a.NoPubcomp {
+				u.withheld++
 				break
 			}
 			delete(u.held, p.PacketID)

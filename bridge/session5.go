@@ -36,6 +36,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho/log"
@@ -66,7 +67,8 @@ type flow5 struct {
 type session5 struct {
 	// ended is called, outside mu, for each flow the broker answered:
 	// PUBACK, PUBCOMP, or a PUBACK/PUBREC refusing it.
-	ended func(f *flow5)
+	ended   func(f *flow5)
+	resumed atomic.Uint64 // flows re-sent on a connect (Stats.Resumed)
 
 	mu        sync.Mutex
 	conn      io.Writer         // nil between connections
@@ -167,6 +169,7 @@ func (s *session5) ConAckReceived(conn io.Writer, _ *packets.Connect, ca *packet
 		}
 	}
 	slices.SortFunc(resend, func(a, b *flow5) int { return cmp.Compare(a.rec, b.rec) })
+	s.resumed.Add(uint64(len(resend)))
 	var err error
 	for _, f := range resend {
 		if f.rel {
@@ -344,14 +347,16 @@ func (s *session5) Ack(pb *packets.Publish) error {
 		}
 		return nil
 	}
+	if pb.QoS == 2 {
+		// Taken: from now on a re-delivery is answered with PUBREC, also
+		// after a reconnect if this PUBREC cannot be sent now.
+		s.in[pb.PacketID] = true
+	}
 	if s.conn == nil {
 		return pahosession.ErrNoConnection
 	}
-	var cp io.WriterTo
-	if pb.QoS == 1 {
-		cp = &packets.Puback{PacketID: pb.PacketID}
-	} else {
-		s.in[pb.PacketID] = true
+	var cp io.WriterTo = &packets.Puback{PacketID: pb.PacketID}
+	if pb.QoS == 2 {
 		cp = &packets.Pubrec{PacketID: pb.PacketID}
 	}
 	if _, err := cp.WriteTo(s.conn); err != nil {
