@@ -82,6 +82,13 @@
 // clean_session: false the cloud broker re-delivers it after the next
 // reconnect.
 //
+// Over MQTT 5 (Config.Protocol "5" or "auto"; uplink5.go) the same holds,
+// with the broker's Receive Maximum bounding the QoS 1/2 publishes in
+// flight and its reason codes seen: a temporarily refused message stays
+// in the spool and is sent again after a backoff, a permanently refused
+// one is dropped and counted by reason (Stats.UpstreamDropped), never
+// counted as delivered.
+//
 // The bridge is a sink of the gateway only while Run runs: start bridges
 // before the listeners so that no early local message misses the spool.
 //

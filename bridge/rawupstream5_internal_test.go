@@ -31,7 +31,8 @@ type RawUpstream5 struct {
 	ln net.Listener
 	wg sync.WaitGroup
 
-	RecvMax uint16 // Receive Maximum in CONNACK (0: none sent)
+	RecvMax   uint16 // Receive Maximum in CONNACK (0: none sent)
+	MaxPacket uint32 // Maximum Packet Size in CONNACK (0: none sent); set before the first connection
 
 	mu        sync.Mutex
 	rule      map[string]*Answer5
@@ -176,6 +177,10 @@ func (u *RawUpstream5) serve(c net.Conn) {
 			if u.RecvMax > 0 {
 				rm := u.RecvMax
 				ack.Properties.ReceiveMaximum = &rm
+			}
+			if u.MaxPacket > 0 {
+				mp := u.MaxPacket
+				ack.Properties.MaximumPacketSize = &mp
 			}
 			w(ack, packets.CONNACK, 0)
 		case *packets.Publish:

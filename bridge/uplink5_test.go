@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -308,5 +309,74 @@ func TestProtocolAutoUsesMQTT5(t *testing.T) {
 	eventually(t, 10*time.Second, "the command locally", func() bool { return localSub.has("cmd/x", "down") })
 	if n := b.Stats().Received; n != 1 {
 		t.Fatalf("%d inbound messages; want 1 (the command, not the echo of our own publish)", n)
+	}
+}
+
+// TestMQTT5MaximumPacketSize: a message larger than the broker's Maximum
+// Packet Size (CONNACK) is never sent (the broker would close the
+// connection for it, and again after every reconnect): it is dropped and
+// counted as 0x95 packet too large; the messages around it are delivered.
+func TestMQTT5MaximumPacketSize(t *testing.T) {
+	up := bridge.StartRawUpstream5(t, 0, nil)
+	up.MaxPacket = 200
+	gw := startGateway(t)
+	cfg := testConfig(t, "b1", up.URL())
+	cfg.Protocol = bridge.Protocol5
+	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 1}}
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+	lc := client(t, gw.addr, "local-pub")
+	big := strings.Repeat("x", 300)
+	publish(t, lc, "sensors/t", 1, "before")
+	publish(t, lc, "sensors/t", 1, big)
+	publish(t, lc, "sensors/t", 1, "after")
+	eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	st := b.Stats()
+	if up.Delivered("before") != 1 || up.Delivered("after") != 1 || up.Attempts(big) != 0 {
+		t.Fatalf("before %d, after %d delivered; the large one sent %d times (want 1, 1, 0)",
+			up.Delivered("before"), up.Delivered("after"), up.Attempts(big))
+	}
+	if st.UpstreamDropped != 1 || st.UpstreamDroppedBy[0x95] != 1 || st.Connects != 1 {
+		t.Fatalf("dropped %d %v, %d connections; want 1 for 0x95 and 1 connection", st.UpstreamDropped, st.UpstreamDroppedBy, st.Connects)
+	}
+}
+
+// TestMQTT5RestartKeepsQoS2ExactlyOnce: the bridge stops (as after a crash,
+// its in-memory session is gone) while QoS 2 flows wait for their PUBCOMP
+// in the broker's persistent session. The next bridge on the same spool
+// sends those records again under the same packet ids (derived from the
+// records), so the broker takes them for the messages it holds, not for
+// new ones: each is delivered exactly once.
+func TestMQTT5RestartKeepsQoS2ExactlyOnce(t *testing.T) {
+	const n = 100
+	rule := map[string]*bridge.Answer5{}
+	for i := 50; i < 55; i++ {
+		rule["m"+strconv.Itoa(i)] = &bridge.Answer5{NoPubcomp: true}
+	}
+	up := bridge.StartRawUpstream5(t, 20, rule)
+	gw := startGateway(t)
+	cfg := testConfig(t, "b1", up.URL())
+	cfg.Protocol = bridge.Protocol5
+	cfg.CleanSession = false
+	cfg.SpoolDir = t.TempDir()
+	cfg.AckTimeout = 500 * time.Millisecond // bounds the stop's wait for the flows
+	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+	publishLocal(t, client(t, gw.addr, "local-pub"), "sensors/t1", "m", n, func(int) byte { return 2 })
+	eventually(t, 10*time.Second, "the flows stuck", func() bool { return up.Withheld() == 5 })
+	b.stop(t)
+	if left := b.Stats().SpoolMessages; left < 5 {
+		t.Fatalf("%d messages left in the spool; the test needs the 5 unfinished flows there", left)
+	}
+	up.AnswerEverything()
+
+	b2 := runBridge(t, cfg, gw.srv)
+	b2.waitState(t, bridge.Connected)
+	eventually(t, 20*time.Second, "spool empty", func() bool { return b2.Stats().SpoolMessages == 0 })
+	st := up.Stats()
+	t.Logf("MQTT5-RESTART conns %d, PUBRELs %d, distinct %d, duplicated %d", st.Conns, st.Rels, st.Distinct, st.Duplicated)
+	if st.Distinct != n || st.Duplicated != 0 {
+		t.Fatalf("%d distinct of %d delivered, %d more than once; want exactly once", st.Distinct, n, st.Duplicated)
 	}
 }
