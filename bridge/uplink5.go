@@ -104,7 +104,7 @@ func (b *Bridge) ended5(f *flow5) {
 // dropRefused removes a record the upstream refused for good: it is
 // counted by reason, never as delivered (Stats.Acked).
 func (b *Bridge) dropRefused(rec spool.ID, rc byte) {
-	if err := b.spool.Load().Ack(rec); err != nil {
+	if err := b.spool.Load().Drop(rec, spool.DropRefused); err != nil { // in the ledger as refused, not delivered
 		b.log.Error("spool drop", "id", uint64(rec), "err", err)
 	}
 	b.upRefused.dropped[rc].Add(1)
