@@ -44,6 +44,12 @@ func startMosquitto(t *testing.T, addr, dir string) *upstream {
 		}
 		return err == nil
 	})
+	// Something listens: it must be this mosquitto, not another process
+	// that took the port (mosquitto exits when it cannot bind).
+	if out, err := exec.Command("ss", "-ltnpH", "sport = :"+port).Output(); err == nil &&
+		!strings.Contains(string(out), fmt.Sprintf("pid=%d,", u.cmd.Process.Pid)) {
+		t.Fatalf("port %s is not mosquitto's (pid %d): %s", port, u.cmd.Process.Pid, out)
+	}
 	return u
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,12 +21,24 @@ import (
 // freePort returns a 127.0.0.1 address nobody listens on right now.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// Below the kernel's ephemeral range (32768-60999 here): a port the
+	// tests give up and take again (a cloud broker restarted) is never
+	// handed meanwhile to another process's bind(":0") or outgoing
+	// connection. Seen in full-suite runs: a restarted mosquitto could not
+	// bind, something else answered on its port, and the bridge delivered
+	// its backlog there.
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port in 20000-32000")
+	return ""
 }
 
 // gatewayProc is the real edgegw binary running as a child process.
