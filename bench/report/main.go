@@ -35,6 +35,12 @@ type gen struct {
 	Cycles      int     `json:"cycles"`
 	Pass        *bool   `json:"pass"`
 	Error       string  `json:"error"`
+	Acked       int64   `json:"acked"`
+	Skipped     int64   `json:"skipped"`
+	UpReceived  int64   `json:"up_received"`
+	UpLost      int64   `json:"up_lost"`
+	UpLatP50us  float64 `json:"up_lat_p50_us"`
+	UpLatP99us  float64 `json:"up_lat_p99_us"`
 }
 
 type record struct {
@@ -42,6 +48,8 @@ type record struct {
 	Scenario  string `json:"scenario"`
 	Exit      int    `json:"exit"`
 	CPUus     int64  `json:"cpu_us"`
+	WallUs    int64  `json:"wall_us"` // the time CPUus and Vcsw were sampled over
+	Vcsw      int64  `json:"vcsw"`    // voluntary context switches, all threads
 	RSSBefore int64  `json:"rss_before"`
 	RSSReady  int64  `json:"rss_ready"`
 	RSSPeak   int64  `json:"rss_peak"`
@@ -62,6 +70,23 @@ func cpuPerMsg(r *record) (float64, bool) {
 		return 0, false
 	}
 	return float64(r.CPUus) / float64(r.Gen.Received), true
+}
+
+// cpuPct is the broker's CPU time over the sampled wall time, % of one core.
+func cpuPct(r *record) (float64, bool) {
+	if r.WallUs <= 0 {
+		return 0, false
+	}
+	return 100 * float64(r.CPUus) / float64(r.WallUs), true
+}
+
+// wakeups is voluntary context switches per second: how often the broker
+// slept and was woken.
+func wakeups(r *record) (float64, bool) {
+	if r.WallUs <= 0 {
+		return 0, false
+	}
+	return float64(r.Vcsw) / (float64(r.WallUs) / 1e6), true
 }
 
 func lostPct(r *record) (float64, bool) {
@@ -93,6 +118,20 @@ func figuresFor(scenario string) []figure {
 			{"latency p99", "µs", false, func(r *record) (float64, bool) { return r.Gen.LatP99us, r.Gen.Received > 0 }},
 			{"latency p99.9", "µs", false, func(r *record) (float64, bool) { return r.Gen.LatP999us, r.Gen.Received > 0 }},
 			{"broker CPU per delivered msg", "µs", false, cpuPerMsg},
+			{"broker wakeups", "/s", false, wakeups},
+		}
+	case scenario == "sensors":
+		return []figure{
+			{"delivered to the local subscriber", "msg/s", true, func(r *record) (float64, bool) { return r.Gen.MsgPerS, r.Gen.Received > 0 }},
+			{"lost locally + upstream", "msgs", false, func(r *record) (float64, bool) { return float64(r.Gen.Lost + r.Gen.UpLost), r.Gen.Sent > 0 }},
+			{"broker CPU", "% of a core", false, cpuPct},
+			{"broker CPU per message", "µs", false, cpuPerMsg},
+			{"broker wakeups", "/s", false, wakeups},
+			{"RSS (1,000 sensors, steady)", "MiB", false, func(r *record) (float64, bool) { return mib(r.RSSReady), r.RSSReady > 0 }},
+			{"latency to local subscriber p50", "µs", false, func(r *record) (float64, bool) { return r.Gen.LatP50us, r.Gen.Received > 0 }},
+			{"latency to local subscriber p99", "µs", false, func(r *record) (float64, bool) { return r.Gen.LatP99us, r.Gen.Received > 0 }},
+			{"latency through the bridge p50", "µs", false, func(r *record) (float64, bool) { return r.Gen.UpLatP50us, r.Gen.UpReceived > 0 }},
+			{"latency through the bridge p99", "µs", false, func(r *record) (float64, bool) { return r.Gen.UpLatP99us, r.Gen.UpReceived > 0 }},
 		}
 	case scenario == "idle":
 		return []figure{
@@ -249,6 +288,12 @@ func line(r *record) string {
 			g.Sent, g.SendPerS, g.Cycles, mib(r.RSSBefore), mib(r.RSSPeak), mib(r.RSSEnd))
 	case "bidir-qos2":
 		s = fmt.Sprintf("pass %v in %.2fs", g.Pass != nil && *g.Pass, g.ElapsedS)
+	case "sensors":
+		pct, _ := cpuPct(r)
+		wk, _ := wakeups(r)
+		us, _ := cpuPerMsg(r)
+		s = fmt.Sprintf("sent %d recv %d up %d lost %d+%d, cpu %.1f%% %.1fµs/msg, %.0f wakeups/s, rss %.1f MiB, p50/p99 %.0f/%.0fµs, bridged %.0f/%.0fµs",
+			g.Sent, g.Received, g.UpReceived, g.Lost, g.UpLost, pct, us, wk, mib(r.RSSReady), g.LatP50us, g.LatP99us, g.UpLatP50us, g.UpLatP99us)
 	}
 	if g.Error != "" {
 		s += " [" + g.Error + "]"

@@ -4,7 +4,7 @@
 //
 //	edgegw-bench <scenario> [flags]
 //
-// Scenarios: fanin, fanout, latency, idle, slowsub, bidir-qos2, drain.
+// Scenarios: fanin, fanout, latency, idle, slowsub, bidir-qos2, drain, sensors.
 package main
 
 import (
@@ -65,6 +65,13 @@ type Result struct {
 	LiveLost   int64   `json:"live_lost,omitempty"`
 	Dups2      int64   `json:"dups_qos2,omitempty"` // QoS 2 backlog duplicates
 
+	IntervalS  float64 `json:"interval_s,omitempty"`    // sensors: seconds between two readings of one sensor
+	Skipped    int64   `json:"skipped,omitempty"`       // sensors: readings not sent (window full)
+	UpReceived int64   `json:"up_received,omitempty"`   // sensors: received through the bridge upstream
+	UpLost     int64   `json:"up_lost,omitempty"`       // sensors
+	UpLatP50us float64 `json:"up_lat_p50_us,omitempty"` // sensors: publish to upstream receipt
+	UpLatP99us float64 `json:"up_lat_p99_us,omitempty"`
+
 	ReaderErrors int64  `json:"reader_errors,omitempty"`
 	Pass         *bool  `json:"pass,omitempty"` // bidir-qos2
 	Error        string `json:"error,omitempty"`
@@ -78,10 +85,11 @@ var scenarios = map[string]func(context.Context, *config, *Result) error{
 	"slowsub":    runSlowsub,
 	"bidir-qos2": runBidirQoS2,
 	"drain":      runDrain,
+	"sensors":    runSensors,
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "usage: edgegw-bench <fanin|fanout|latency|idle|slowsub|bidir-qos2|drain> [flags]")
+	fmt.Fprintln(w, "usage: edgegw-bench <fanin|fanout|latency|idle|slowsub|bidir-qos2|drain|sensors> [flags]")
 	if fs != nil {
 		fs.SetOutput(w)
 		fs.PrintDefaults()
@@ -98,19 +106,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	var asJSON bool
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:1883", "broker address")
-	fs.IntVar(&cfg.qos, "qos", 0, "QoS of publishes and subscriptions (slowsub: 1, bidir-qos2: 2)")
+	fs.IntVar(&cfg.qos, "qos", -1, "QoS of publishes and subscriptions (default 0; slowsub: 1, bidir-qos2: 2, sensors: 1)")
 	fs.IntVar(&cfg.size, "size", 0, "payload bytes, at least 16 (default 64; slowsub 4096)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "publishing time; idle: hold time; bidir-qos2: timeout")
 	fs.IntVar(&cfg.count, "count", 0, "messages per publisher (0 = until --duration; bidir-qos2 default 1000)")
 	fs.IntVar(&cfg.pubs, "pubs", 0, "publishers (fanin default 20)")
 	fs.IntVar(&cfg.subs, "subs", 0, "subscribers (fanout default 50)")
 	fs.IntVar(&cfg.rate, "rate", 0, "total msg/s, paced (latency default 2000; 0 = as fast as possible)")
-	fs.IntVar(&cfg.conns, "conns", 0, "idle connections (default 5000)")
+	fs.IntVar(&cfg.conns, "conns", 0, "idle connections (default 5000); sensors (default 1000)")
 	fs.IntVar(&cfg.version, "version", 0, "MQTT version 4 (3.1.1) or 5 (default 4; bidir-qos2 5)")
 	fs.IntVar(&cfg.window, "window", 16, "in-flight QoS 1/2 publishes per publisher")
 	fs.StringVar(&cfg.readyFile, "ready-file", "", "idle: write this file once all connections are up")
+	fs.DurationVar(&cfg.interval, "interval", 0, "sensors: time between two readings of one sensor (default 2s)")
+	fs.StringVar(&cfg.handshake, "handshake", "", "sensors: write PREFIX.ready / PREFIX.done around the measured part and wait for their removal")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a summary")
-	fs.StringVar(&cfg.upstream, "upstream", "", "drain: the upstream broker the gateway bridges to")
+	fs.StringVar(&cfg.upstream, "upstream", "", "drain, sensors: the upstream broker the gateway bridges to (sensors: a subscriber there measures the bridged latency)")
 	fs.StringVar(&cfg.proxy, "proxy", "", "drain: listen address of the slow link (the gateway's bridge address)")
 	fs.DurationVar(&cfg.rtt, "rtt", 50*time.Millisecond, "drain: the link's round trip")
 	fs.IntVar(&cfg.linkRate, "link-rate", 0, "drain: the link's bytes/s each way (0 = unlimited)")
@@ -129,10 +139,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if cfg.qos < 0 || cfg.qos > 2 || (cfg.version != 0 && cfg.version != 4 && cfg.version != 5) || cfg.window < 1 ||
+	if cfg.qos < 0 {
+		cfg.qos = 0
+		if name == "sensors" {
+			cfg.qos = 1
+		}
+	}
+	if cfg.qos > 2 || (cfg.version != 0 && cfg.version != 4 && cfg.version != 5) || cfg.window < 1 ||
 		(cfg.size != 0 && cfg.size < minPayload) || cfg.duration <= 0 {
 		fmt.Fprintln(stderr, "edgegw-bench: bad flags: need --qos 0..2, --version 4|5, --window >= 1, --size >= 16, --duration > 0")
 		return 2
+	}
+	if cfg.size == 0 && name == "sensors" {
+		cfg.size = 100
 	}
 	if cfg.size == 0 && name != "slowsub" {
 		cfg.size = 64
@@ -171,6 +190,13 @@ func summary(w io.Writer, r *Result) {
 			r.Backlog, r.RTTms, r.LinkRate, r.Lost, r.Dups, r.Dups2, r.LiveSent, r.LiveLost)
 		fmt.Fprintf(w, "  reconnect %.2fs, drained in %.2fs (%.0f msg/s), link use %.0f%%; live latency p50 %.0fms p99 %.0fms\n",
 			r.ReconnectS, r.DrainS, r.MsgPerS, 100*r.LinkUse, r.LatP50us/1e3, r.LatP99us/1e3)
+
+	case "sensors":
+		fmt.Fprintf(w, "  %d sensors, a reading every %gs (%d msg/s); sent %d, acked %d, skipped %d\n", r.Conns, r.IntervalS, r.Rate, r.Sent, r.Acked, r.Skipped)
+		fmt.Fprintf(w, "  local subscriber: received %d, lost %d, dup/reordered %d; latency p50 %.0fµs p99 %.0fµs\n", r.Received, r.Lost, r.Dups, r.LatP50us, r.LatP99us)
+		if r.UpReceived > 0 || r.UpLost > 0 {
+			fmt.Fprintf(w, "  upstream (bridged): received %d, lost %d; latency p50 %.0fµs p99 %.0fµs\n", r.UpReceived, r.UpLost, r.UpLatP50us, r.UpLatP99us)
+		}
 	case "slowsub":
 		fmt.Fprintf(w, "  publisher: sent %d (%.0f msg/s), acked %d; subscriber: %d connections, %d messages received, never acked\n",
 			r.Sent, r.SendPerS, r.Acked, r.Cycles, r.Received)

@@ -30,11 +30,13 @@ type config struct {
 	window    int
 	readyFile string // idle: written once every connection is up
 
-	upstream  string        // drain: the upstream broker
+	upstream  string        // drain, sensors: the upstream broker
 	proxy     string        // drain: the link's listen address
 	rtt       time.Duration // drain: the link's round trip
 	linkRate  int           // drain: bytes/s each way, 0 = unlimited
 	qos2Every int           // drain: mixed backlog
+	interval  time.Duration // sensors
+	handshake string        // sensors
 }
 
 func (c *config) ver() packet.Version {
