@@ -1,6 +1,6 @@
 # Benchmark targets; included from the top-level Makefile.
 #
-#   make bench        edgegw vs mosquitto side by side (~10 min), writes
+#   make bench        edgegw vs mosquitto side by side (~10-12 min), writes
 #                     bench/results/<date>.md, latest.md, latest.png;
 #                     then the drain benchmark (bench-drain)
 #   make bench-quick  the same with 2 s per scenario and 1000 idle connections
@@ -9,8 +9,9 @@
 #                     bridge vs mosquitto's (~4 min), writes
 #                     bench/results/drain-<date>.md, drain-latest.md
 #
-# Knobs: BENCH_DURATION, BENCH_SCENARIOS, BENCH_BROKERS, BENCH_IDLE_CONNS
-# (see bench/README.md); DRAIN_SCENARIOS, DRAIN_GATEWAYS for the drain.
+# Knobs: BENCH_DURATION, BENCH_SCENARIOS, BENCH_BROKERS, BENCH_IDLE_CONNS,
+# BENCH_SENSORS_DURATION (see bench/README.md); DRAIN_SCENARIOS,
+# DRAIN_GATEWAYS for the drain.
 
 .PHONY: bench bench-quick bench-drain
 
@@ -22,4 +23,4 @@ bench-drain:
 	./bench/drain.sh
 
 bench-quick:
-	BENCH_DURATION=2s BENCH_IDLE_CONNS=1000 ./bench/run.sh
+	BENCH_DURATION=2s BENCH_SENSORS_DURATION=4s BENCH_IDLE_CONNS=1000 ./bench/run.sh
