@@ -7,6 +7,7 @@ need=""
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need="$need mosquitto"
 command -v mosquitto_pub >/dev/null 2>&1 || need="$need mosquitto-clients"
 command -v socat >/dev/null 2>&1 || need="$need socat"
+command -v ss >/dev/null 2>&1 || need="$need iproute2" # ss: sockets left after an abort, whose listener a port is
 /usr/bin/python3 -c 'import paho.mqtt.client' >/dev/null 2>&1 || need="$need python3-paho-mqtt"
 command -v systemd-analyze >/dev/null 2>&1 || need="$need systemd"
 command -v node >/dev/null 2>&1 || need="$need nodejs npm"
