@@ -28,6 +28,7 @@ const maxArm64Bytes = 12_500_000
 // x/net).
 var allowedModules = []string{
 	"github.com/coreos/go-systemd/v22",    // sd_notify, watchdog
+	"github.com/eclipse/paho.golang",      // bridge client, MQTT 5 uplinks
 	"github.com/eclipse/paho.mqtt.golang", // bridge client
 	"github.com/fsnotify/fsnotify",        // viper
 	"github.com/go-viper/mapstructure/v2", // config decoding
