@@ -69,8 +69,12 @@ func TestNoAckWithoutWireAck(t *testing.T) {
 			conns, dups, rels, _ := up.Stats()
 			t.Logf("NOACK %s: after %d connections: %d DUP PUBLISH and %d PUBREL re-sent, spool holds %d (withheld %d), acked %d",
 				tc.name, conns, dups, rels, b.Stats().SpoolMessages, withheld, b.Stats().Acked)
-			if dups == 0 && rels == 0 {
-				t.Fatal("nothing was re-sent: the flows were not resumed")
+			// Resumption is asserted above by the bridge's own count of
+			// flows re-sent under their ids (Stats.Resumed); the raw
+			// upstream's DUP/PUBREL counts are logged: on a loaded machine
+			// it can read a re-sent flow on a connection it is dropping.
+			if r := b.Stats().Resumed; r < 2*uint64(withheld) {
+				t.Fatalf("%d flows resumed over 2 reconnects, want at least %d", r, 2*withheld)
 			}
 
 			up.AnswerEverything()
