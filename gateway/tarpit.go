@@ -1,8 +1,9 @@
 package gateway
 
 // The tarpit slows password guessing per source address (issue 13 point
-// 5). Attempts from one host are checked one after another: while one is
-// being checked, the next waits at least tarpitBase; after failures, each
+// 5). A host with no failures may have tarpitFreeParallel attempts checked
+// at once; beyond that, and after any failure, its attempts are spaced at
+// least tarpitBase apart; after failures, each
 // attempt waits the host's penalty (tarpitBase, doubling per failure, up
 // to tarpitMax) before its password is even checked, so one host cannot buy
 // more checks by opening more connections. The wait is a timer on the
@@ -28,6 +29,9 @@ const (
 	tarpitQueueMax = 30 * time.Second
 	tarpitForget   = 10 * time.Minute // a host idle this long starts over
 	tarpitHostsMax = 4096
+	// tarpitFreeParallel attempts from a host with no failures are checked
+	// at once; more in parallel are spaced like guesses.
+	tarpitFreeParallel = 4
 )
 
 type tarpit struct {
@@ -71,6 +75,16 @@ func (t *tarpit) admit(host string, now time.Time) (wait time.Duration, busy boo
 	}
 	if g == nil {
 		g = t.add(host, now)
+	}
+	if g.total == 0 && g.pending < tarpitFreeParallel && !g.next.After(now) {
+		// A host with no failures may log in a few clients at once
+		// (a gateway restart reconnecting several local apps).
+		g.pending++
+		g.last = now
+		if g.pending == tarpitFreeParallel {
+			g.next = now.Add(tarpitBase) // the next one is spaced
+		}
+		return 0, false
 	}
 	slot := now
 	if g.next.After(now) {
