@@ -53,14 +53,6 @@ func (s *Server) waitState(m *Message, h *keeper) error {
 	return nil
 }
 
-// statePos is the inbound QoS 2 id's record, which the PUBREC promises.
-func (pa *pendingAck) statePos() uint64 {
-	if pa.q2 != nil {
-		return pa.q2.pos
-	}
-	return 0
-}
-
 // persistRetain records a retained change; it returns the record's
 // position (0 when nothing was written).
 func (s *Server) persistRetain(m *Message) uint64 {

@@ -115,36 +115,6 @@ func (s *Server) route(m *Message) error {
 	return err
 }
 
-// deferrer is a publisher whose acknowledgement can wait: deferAck is called
-// at most once per message, when something (a sink, or a congested
-// subscriber) needs the ack to wait, and returns the function that releases
-// it. The client's reader implements it without allocating unless called.
-type deferrer interface {
-	deferAck() func(error)
-}
-
-// keeper creates a message's keep on first need.
-type keeper struct {
-	d   deferrer
-	k   *keep
-	pos uint64 // highest state-store record the acknowledgement waits for (persist.go)
-}
-
-// statePositioner is a deferrer whose message already has a state record
-// to wait for (an inbound QoS 2 packet id).
-type statePositioner interface{ statePos() uint64 }
-
-func (h *keeper) get() *keep {
-	if h == nil || h.d == nil {
-		return nil
-	}
-	if h.k == nil {
-		h.k = &keep{done: h.d.deferAck()}
-		h.k.left.Store(1) // the guard, released when routing is done
-	}
-	return h.k
-}
-
 // routeKept is route for a publisher whose acknowledgement may wait without
 // blocking its reader: for asynchronous sinks (a bridge spool's group
 // commit) and for flow control (a subscriber whose queue passed its high
@@ -298,28 +268,6 @@ type Sink interface {
 type AsyncSink interface {
 	Sink
 	AcceptAsync(m *Message, done func(error))
-}
-
-// keep gathers the verdicts of the asynchronous sinks of one message.
-type keep struct {
-	left atomic.Int32 // outstanding verdicts, plus one guard while dispatching
-	mu   sync.Mutex
-	errs []error
-	done func(error)
-}
-
-func (k *keep) finish(name string, err error) {
-	if err != nil {
-		k.mu.Lock()
-		k.errs = append(k.errs, fmt.Errorf("sink %s: %w", name, err))
-		k.mu.Unlock()
-	}
-	if k.left.Add(-1) == 0 {
-		k.mu.Lock()
-		err := errors.Join(k.errs...)
-		k.mu.Unlock()
-		k.done(err)
-	}
 }
 
 type sinkEntry struct {

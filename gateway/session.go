@@ -231,13 +231,6 @@ func (s *session) takeWaiters() []*keep {
 	return w
 }
 
-// releaseWaiters lets waiting publishers' acknowledgements go.
-func releaseWaiters(w []*keep) {
-	for _, k := range w {
-		k.finish("", nil)
-	}
-}
-
 // flowStall is how long a message may stay unacknowledged by a subscriber
 // that still counts as keeping up: 250 ms (a LAN client acks in
 // milliseconds), or write_timeout when that is shorter. A subscriber over a
