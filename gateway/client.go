@@ -12,8 +12,6 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -600,13 +598,6 @@ func putWstate(ws *wstate) {
 	}
 	ws.buf, ws.out = ws.buf[:0], ws.out[:0]
 	wstatePool.Put(ws)
-}
-
-// newClientID makes an id for a client that sent an empty one.
-func newClientID() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return "edgegw-" + hex.EncodeToString(b[:])
 }
 
 // errClosed is returned by the reader once the connection is closed by the

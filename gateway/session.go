@@ -606,6 +606,43 @@ func (s *session) forgetQoS2(c *client, id uint16) (found bool, pos uint64, owne
 	return found, pos, true
 }
 
+// subscribe adds or replaces a subscription. filter is as the client sent
+// it, inner without a $share prefix.
+func (s *session) subscribe(c *client, filter, inner string, sub subscription) (existed bool, pos uint64, owner bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c || s.destroyed {
+		return false, 0, false
+	}
+	existed = s.subs.set(filter, sub.group)
+	if !existed {
+		s.srv.subBytes.Add(subCost(filter))
+		if isSys(filter) {
+			s.srv.sysSubs.Add(1)
+		}
+	}
+	s.srv.subs.Add(inner, treeKey(s.id, sub.group), sub) // [MQTT-3.8.4-3] replaces
+	return existed, s.persistSub(filter, sub), true
+}
+
+func (s *session) unsubscribe(c *client, filter string) (found, owner bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c || s.destroyed {
+		return false, false
+	}
+	group, found := s.subs.remove(filter)
+	if found {
+		s.srv.subBytes.Add(-subCost(filter))
+		if isSys(filter) {
+			s.srv.sysSubs.Add(-1)
+		}
+		s.srv.subs.Remove(treeFilter(filter), treeKey(s.id, group))
+		s.persistUnsub(filter)
+	}
+	return found, true
+}
+
 // release frees everything the session holds. Caller holds s.mu; the
 // registry calls it when the session is destroyed.
 //
