@@ -235,17 +235,3 @@ func (r *registry) shutdown() {
 		releaseWaiters(w)
 	}
 }
-
-// counts returns connected and disconnected session counts.
-func (r *registry) counts() (connected, disconnected int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.sessions {
-		if s.online.Load() {
-			connected++
-		} else {
-			disconnected++
-		}
-	}
-	return connected, disconnected
-}

@@ -14,9 +14,6 @@ import (
 	"github.com/edgegw/edgegw/gateway/topics"
 )
 
-// Version is reported in $SYS/broker/version.
-var Version = "edgegw"
-
 // Options are the broker's limits and policies. The zero value of a field
 // means its default (see withDefaults); cmd/edgegw maps the typed config onto
 // this struct so the gateway never sees viper.
@@ -42,6 +39,10 @@ type Options struct {
 	AllowAnonymous bool
 	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
 	Authorizer     Authorizer    // nil: everything allowed
+
+	// Version is reported in $SYS/broker/version; "" = "edgegw".
+	// cmd/edgegw sets it to "edgegw <build version>".
+	Version string
 
 	// Store keeps retained messages and persistent sessions across
 	// restarts (persistence.dir); nil keeps everything in memory only.
@@ -87,6 +88,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SysInterval <= 0 {
 		o.SysInterval = 10 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "edgegw"
 	}
 	return o
 }
@@ -135,8 +139,6 @@ type Server struct {
 	conns       atomic.Int64 // open network connections
 	sysSubs     atomic.Int64 // subscriptions whose filter starts with $SYS
 	stats       counters
-
-	wg sync.WaitGroup // connection-owned goroutines that outlive ServeConn: none yet; timers use AfterFunc
 
 	// Connections by the context they were served under: one
 	// context.AfterFunc per distinct context closes them all when it is
@@ -200,10 +202,6 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 }
-
-// Wait blocks until goroutines started by the server (not by ServeConn
-// callers) have stopped.
-func (s *Server) Wait() { s.wg.Wait() }
 
 // Publish routes a message from inside the process (a bridge, $SYS). It never
 // blocks on subscribers. The message must not be modified afterwards.

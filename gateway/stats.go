@@ -140,7 +140,7 @@ func (s *Server) publishSys() {
 		s.route(&Message{Topic: "$SYS/broker/" + topic, Payload: []byte(val), Retain: true, Origin: "$SYS"})
 	}
 	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
-	pub("version", Version)
+	pub("version", s.opts.Version)
 	pub("uptime", itoa(int64(st.Uptime/time.Second))+" seconds")
 	pub("clients/connected", itoa(int64(st.SessionsConnected)))
 	pub("clients/disconnected", itoa(int64(st.SessionsDisconnected)))

@@ -95,8 +95,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // runGateway runs the gateway until ctx is cancelled; nil is a clean stop.
 func runGateway(ctx context.Context, p runParams) error {
 	cfg, log := p.cfg, p.log
-	gateway.Version = "edgegw " + buildVersion()
 	opts := gatewayOptions(cfg)
+	opts.Version = "edgegw " + buildVersion()
 
 	var files *auth.Files
 	if cfg.Auth.PasswordFile != "" || cfg.Auth.ACLFile != "" {
