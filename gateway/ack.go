@@ -121,7 +121,8 @@ func (pa *pendingAck) statePos() uint64 {
 }
 
 // ackSlot is a QoS 1/2 acknowledgement waiting for the sinks' verdict.
-// Acks are released strictly in PUBLISH order [MQTT-4.6.0-2].
+// Acks are released strictly in PUBLISH order, the order MQTT asks of a
+// client's PUBACKs and PUBRECs [MQTT-4.6.0-2], [MQTT-4.6.0-3].
 type ackSlot struct {
 	qos   byte
 	id    uint16

@@ -194,7 +194,7 @@ func (c *client) finish() {
 }
 
 // closeWith ends the connection. For v5 clients with a reason code it sends
-// DISCONNECT first (server-initiated disconnect, v5 3.14).
+// DISCONNECT first (server-initiated disconnect, 5.0 §3.14).
 func (c *client) closeWith(r CloseReason, code packet.ReasonCode) {
 	c.wmu.Lock()
 	if c.closed || c.closing {

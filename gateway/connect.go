@@ -65,7 +65,7 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		case c.version == packet.V311 && cp.CleanStart:
 			c.id = newClientID() // [MQTT-3.1.3-6]
 		default:
-			return c.refuse(packet.ClientIDNotValid, "empty client id") // [MQTT-3.1.3-8]
+			return c.refuse(packet.ClientIDNotValid, "empty client id") // [MQTT-3.1.3-8](3.1.1)
 		}
 	}
 
@@ -137,7 +137,7 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	if c.version == packet.V5 {
 		if cp.Props.Has(packet.PropReceiveMaximum) {
 			if cp.Props.ReceiveMaximum == 0 {
-				return c.refuse(packet.ProtocolError, "receive maximum 0") // v5 3.1.2.11.3: a value of 0 is a protocol error
+				return c.refuse(packet.ProtocolError, "receive maximum 0") // 5.0 §3.1.2.11.3: a value of 0 is a protocol error
 			}
 			c.window = min(c.window, int(cp.Props.ReceiveMaximum))
 		}
@@ -199,7 +199,7 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		// client that sent DISCONNECT and reconnected at once must not
 		// have its will published because the new CONNECT won the race.
 		res.oldConn.drainForTakeover(min(c.srv.opts.ConnectTimeout, takeoverDrainMax))
-		res.oldConn.closeWith(CloseTakenOver, packet.SessionTakenOver) // [MQTT-3.1.4-3]
+		res.oldConn.closeWith(CloseTakenOver, packet.SessionTakenOver) // [MQTT-3.1.4-3], [MQTT-3.1.4-2](3.1.1)
 	}
 	present := res.present && c.version != packet.V31
 	ack := &packet.Connack{SessionPresent: present, Props: ackProps}

@@ -38,7 +38,8 @@ func sessionFlags(v packet.Version, persistent bool) func(*packet.Connect) {
 
 // TestTakeoverOfCleanSessionStartsFresh: a clean session's state ends with
 // its connection, also when another connection takes its client id while it
-// is open (3.1.1 [MQTT-3.1.2-6], [MQTT-3.2.2-3]; v5 3.1.2.11.2, 3.2.2.1.1).
+// is open ([MQTT-3.1.2-6](3.1.1), [MQTT-3.2.2-3](3.1.1); 5.0 §3.1.2.11.2,
+// §3.2.2.1.1).
 // Field report 002 flapped clean/persistent from the reconnecting side;
 // this is the other side, every order, both levels.
 func TestTakeoverOfCleanSessionStartsFresh(t *testing.T) {
@@ -134,7 +135,7 @@ func TestPublishSizeCheckedWithAlias(t *testing.T) {
 
 // TestReceiveMaximumEnforced: a v5 client that keeps more QoS 2 flows open
 // than the Receive Maximum in CONNACK is disconnected with 0x93
-// [MQTT-3.3.4-9]; one that stays within it is not. QoS 1 counts until the
+// [MQTT-3.3.4-7]; one that stays within it is not. QoS 1 counts until the
 // PUBACK is sent (here held by a sink).
 func TestReceiveMaximumEnforced(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxInflight: 4})

@@ -325,7 +325,7 @@ func TestV5DisconnectProtocolRules(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
 	obs := willObserver(t, b)
 	// Session expiry 0 on CONNECT, non-zero on DISCONNECT: protocol error
-	// [MQTT-3.14.2-2]; the DISCONNECT does not count as normal, so the will
+	// (5.0 §3.14.2.2.2); the DISCONNECT does not count as normal, so the will
 	// is published.
 	c, _ := rawConnect(t, b.addr, packet.V5, "dexp", true, withWill("will/dexp", "x", 0))
 	d := &packet.Disconnect{}

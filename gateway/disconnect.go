@@ -18,7 +18,7 @@ func (c *client) handleDisconnect(p *packet.Disconnect) error {
 			}
 			c.sess.mu.Unlock()
 			if zero && p.Props.SessionExpiry != 0 {
-				return c.protocolError(packet.ProtocolError, "session expiry set on DISCONNECT after 0 on CONNECT") // [MQTT-3.14.2-2]
+				return c.protocolError(packet.ProtocolError, "session expiry set on DISCONNECT after 0 on CONNECT") // 5.0 §3.14.2.2.2
 			}
 		}
 		if p.ReasonCode == packet.DisconnectWithWill {

@@ -70,8 +70,10 @@ func (c *client) handle(pk packet.Packet) error {
 
 // acked acts on what an acknowledgement did: a moved window wakes the
 // writer; the wrong kind of acknowledgement for a flow (PUBREC or PUBCOMP
-// for QoS 1, PUBACK for QoS 2, PUBCOMP before PUBREC) is a protocol error
-// [MQTT-4.3.2-1], [MQTT-4.3.3-1]; 3.1.1 has no reason codes, so it is closed.
+// for QoS 1, PUBACK for QoS 2, PUBCOMP before PUBREC) is a protocol error:
+// each flow waits for its own [MQTT-4.3.2-3], [MQTT-4.3.3-3], [MQTT-4.3.3-5]
+// ([MQTT-4.3.2-1](3.1.1), [MQTT-4.3.3-1](3.1.1)); 3.1.1 has no reason
+// codes, so it is closed.
 // Counted with the protocol_error close reason.
 func (c *client) acked(v ackVerdict, kind string, id uint16) error {
 	switch v {

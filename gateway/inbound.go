@@ -4,7 +4,7 @@ import "sync/atomic"
 
 // inboundFlows counts a v5 client's QoS 1/2 publishes that it may still
 // consider unacknowledged, to hold it to the Receive Maximum the broker
-// announced in CONNACK [MQTT-3.3.4-9]. A flow opens when its PUBLISH is read
+// announced in CONNACK [MQTT-3.3.4-7]. A flow opens when its PUBLISH is read
 // and closes when the broker queues its PUBACK, its PUBCOMP, or a PUBREC
 // with an error code. The client only learns of an ack after it is queued,
 // so this count never exceeds the client's own: a client that keeps to the

@@ -202,7 +202,7 @@ func TestStateQoS2AcrossRestart(t *testing.T) {
 	sub2.send(&packet.Pubcomp{PacketID: p.PacketID})
 
 	// The publisher resends 7: acknowledged again, not delivered again
-	// [MQTT-4.3.3-9]; the marker behind it is the next thing delivered.
+	// [MQTT-4.3.3-10]; the marker behind it is the next thing delivered.
 	pub2.send(&packet.Publish{Dup: true, QoS: 2, PacketID: 7, Topic: "q2/a", Payload: []byte("A")})
 	expect[*packet.Pubrec](t, pub2, 10*time.Second)
 	pub2.send(&packet.Pubrel{PacketID: 7})

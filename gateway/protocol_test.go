@@ -135,7 +135,7 @@ func TestProtocolGoldenInvalid(t *testing.T) {
 				}
 				got := rc.expectClose(10 * time.Second)
 				if bad.Code == packet.UnsupportedProtocolVersion {
-					// [MQTT-3.1.2-2]: CONNACK 0x01, then close.
+					// [MQTT-3.1.2-2](3.1.1): CONNACK 0x01, then close.
 					if len(got) != 1 {
 						t.Fatalf("got %v, want CONNACK", types(got))
 					}

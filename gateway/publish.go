@@ -15,7 +15,7 @@ import (
 func (c *client) handlePublish(p *packet.Publish) error {
 	o := &c.srv.opts
 	if p.QoS > 0 && c.in.max > 0 && int(c.in.open.Load()) >= c.in.max && !(p.QoS == 2 && c.sess.hasInboundQoS2(p.PacketID)) {
-		return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d unacknowledged QoS 1/2 publishes", c.in.max) // [MQTT-3.3.4-9]
+		return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d unacknowledged QoS 1/2 publishes", c.in.max) // [MQTT-3.3.4-7]
 	}
 	if p.QoS > 0 && c.in.max > 0 {
 		// Opened before any answer can close it: a refused publish (topic
@@ -32,7 +32,7 @@ func (c *client) handlePublish(p *packet.Publish) error {
 	if c.version == packet.V5 && p.Props.Has(packet.PropTopicAlias) {
 		a := p.Props.TopicAlias
 		if a == 0 || a > o.TopicAliasMaximum {
-			return c.protocolError(packet.TopicAliasInvalid, "topic alias %d", a) // [MQTT-3.3.2-9]
+			return c.protocolError(packet.TopicAliasInvalid, "topic alias %d", a) // [MQTT-3.3.2-8], [MQTT-3.3.2-9]
 		}
 		if p.Topic == "" {
 			t, ok := c.inAliases[a]
@@ -89,7 +89,8 @@ func (c *client) handlePublish(p *packet.Publish) error {
 			return c.lostSession() // no PUBREC: the client sends it again on its new connection
 		case qos2Kept:
 			// A duplicate: acknowledged again, never delivered twice
-			// [MQTT-4.3.3-9]; behind any acks still waiting, to keep order.
+			// [MQTT-4.3.3-10], [MQTT-4.3.3-2](3.1.1); behind any acks still
+			// waiting, to keep order.
 			// Its flow was counted when it first came.
 			c.in.done()
 			if c.slotsPending() {

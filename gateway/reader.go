@@ -37,7 +37,7 @@ func (c *client) readLoop() error {
 			return fmt.Errorf("no connect within %s", c.srv.opts.ConnectTimeout)
 		}
 		if errors.Is(err, packet.UnsupportedProtocolVersion) {
-			// [MQTT-3.1.2-2] return code 0x01 and close. v3 form: v5 clients
+			// [MQTT-3.1.2-2](3.1.1) return code 0x01 and close. v3 form: v5 clients
 			// accept it too when they asked for an unknown level.
 			c.writeRaw(&packet.Connack{ReasonCode: packet.V3RefusedProtocolVersion}, packet.V311)
 		}
@@ -128,7 +128,7 @@ func looksLikeHTTP(b []byte) bool {
 
 func (c *client) setReadDeadline() {
 	if c.keepAlive > 0 {
-		c.conn.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2)) // [MQTT-3.1.2-24]
+		c.conn.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2)) // [MQTT-3.1.2-22], [MQTT-3.1.2-24](3.1.1)
 	} else {
 		c.conn.SetReadDeadline(time.Time{})
 	}

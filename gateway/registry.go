@@ -57,12 +57,12 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 		}
 		// A clean session ends with its connection, also when another
 		// connection takes it over: its state must not be resumed
-		// (3.1.1 [MQTT-3.1.2-6], [MQTT-3.2.2-3]; v5 3.1.2.11.2, 3.2.2.1.1).
+		// ([MQTT-3.1.2-6](3.1.1), [MQTT-3.2.2-3](3.1.1); 5.0 §3.1.2.11.2, §3.2.2.1.1).
 		// While connected, expiry 0 means exactly that.
 		endsWithConn := res.oldConn != nil && old.expiry == 0
 		if cleanStart || endsWithConn {
 			old.unpersist()
-			defer releaseWaiters(old.release()) // [MQTT-3.1.2-4] / v5 [MQTT-3.1.2-4]
+			defer releaseWaiters(old.release()) // [MQTT-3.1.2-4], [MQTT-3.1.2-6](3.1.1)
 			old.mu.Unlock()
 			delete(r.sessions, id)
 			old = nil
@@ -76,7 +76,7 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 		s.owner = c.username
 		r.sessions[id] = s
 	} else {
-		res.present = true // [MQTT-3.2.2-2]
+		res.present = true // [MQTT-3.2.2-3], [MQTT-3.2.2-2](3.1.1)
 	}
 	s.mu.Lock()
 	if s.ownerUnknown {

@@ -219,7 +219,7 @@ func (s *Server) Publish(m *Message) error {
 // the position of the state record to wait for (0: none).
 func (s *Server) retain(m *Message) uint64 {
 	if len(m.Payload) == 0 {
-		s.retained.Delete(m.Topic) // [MQTT-3.3.1-6]
+		s.retained.Delete(m.Topic) // [MQTT-3.3.1-6], [MQTT-3.3.1-10](3.1.1)
 	} else {
 		s.retained.Set(m.Topic, m)
 	}

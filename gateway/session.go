@@ -125,7 +125,9 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	o := &s.srv.opts
 	s.mu.Lock()
 	if s.destroyed || (s.conn == nil && qos == 0) {
-		// QoS 0 is not kept for a disconnected client [MQTT-3.1.2-5 allows it].
+		// QoS 0 is not kept for a disconnected client: a session holds QoS 0
+		// messages only optionally (5.0 §4.1; 3.1.1 requires only QoS 1/2
+		// [MQTT-3.1.2-5](3.1.1)).
 		s.mu.Unlock()
 		return false, false
 	}
@@ -431,7 +433,7 @@ const (
 )
 
 // ackPuback handles PUBACK. A PUBACK for a QoS 2 flow (before or after its
-// PUBREL) is the wrong kind of acknowledgement [MQTT-4.3.3-1]..[MQTT-4.3.3-5].
+// PUBREL) is the wrong kind of acknowledgement [MQTT-4.3.3-3], [MQTT-4.3.3-5].
 func (s *session) ackPuback(c *client, id uint16) ackVerdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -512,7 +514,7 @@ const (
 )
 
 // receiveQoS2 records an inbound QoS 2 packet id. A duplicate is never
-// delivered twice [MQTT-4.3.3-9].
+// delivered twice [MQTT-4.3.3-10], [MQTT-4.3.3-2](3.1.1).
 func (s *session) receiveQoS2(c *client, id uint16) (qos2State, *inbound2) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

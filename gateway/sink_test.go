@@ -57,7 +57,8 @@ func TestAsyncSinkAcksInOrderWithoutBlocking(t *testing.T) {
 	expect[*packet.Pingresp](t, rc, 5*time.Second)
 	rc.noPacket(100 * time.Millisecond)
 
-	// Verdicts out of order; acks in PUBLISH order [MQTT-4.6.0-2].
+	// Verdicts out of order; acks in PUBLISH order (as [MQTT-4.6.0-2] asks of
+	// a client).
 	sink.release(1, nil)
 	rc.noPacket(100 * time.Millisecond)
 	sink.release(0, nil)

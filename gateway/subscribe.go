@@ -62,7 +62,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 		statePos = max(statePos, pos)
 		codes[i] = packet.ReasonCode(qos)
 		// Retained messages: not for shared subscriptions; v5 retain
-		// handling 1 = only if new, 2 = never [MQTT-3.3.1-9..11].
+		// handling 1 = only if new, 2 = never [MQTT-3.3.1-9], [MQTT-3.3.1-10], [MQTT-3.3.1-11].
 		if !shared && (rs.RetainHandling == 0 || (rs.RetainHandling == 1 && !existed)) {
 			sends = append(sends, retainedSend{inner, sub})
 		}
@@ -103,7 +103,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 				return
 			}
 			// Retained sends never hold the subscriber itself (no flow control).
-			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now, nil) // [MQTT-3.3.1-8] retain flag set
+			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now, nil) // retain flag set: 5.0 §3.3.1.3, [MQTT-3.3.1-8](3.1.1)
 		})
 	}
 	c.kick()
