@@ -96,7 +96,7 @@ type pendingAck struct {
 }
 
 // deferAck opens an ack slot. It takes c.amu, so it must not be called with
-// a session lock held (lock order: amu is never taken under session.mu).
+// a session lock held (lock order: doc.go).
 func (pa *pendingAck) deferAck() func(error) {
 	c, id, q2 := pa.c, pa.id, pa.q2
 	sess := c.sess

@@ -1,13 +1,7 @@
 package gateway
 
-// A client is one network connection speaking MQTT. The goroutine that calls
-// Server.ServeConn is its reader: it decodes and handles packets. Its writer
-// goroutine owns the write side of the socket and exists only while there is
-// something to write: it is started when work appears, drains the control
-// lane and the session's sendable messages, and exits when both are empty,
-// never two at once. Everything else only enqueues (field report 000: acks
-// never wait behind a PUBLISH; only new PUBLISH packets are gated by the
-// in-flight window).
+// A client is one network connection speaking MQTT: its reader and writer
+// goroutines are described in doc.go (Connections).
 
 import (
 	"bufio"
@@ -65,7 +59,7 @@ type client struct {
 	outAliases map[string]uint16
 
 	pa   pendingAck // reader-only: the deferrer of the PUBLISH being routed
-	amu  sync.Mutex // guards acks; taken before wmu, never after
+	amu  sync.Mutex // guards acks (lock order: doc.go)
 	acks []*ackSlot // QoS 1/2 acks waiting for a sink's verdict, in PUBLISH order
 
 	wmu     sync.Mutex // guards the fields below

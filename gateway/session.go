@@ -10,8 +10,7 @@ package gateway
 // connection that was taken over cannot touch the session any more even if
 // its packets are still being read.
 //
-// Lock order: registry.mu, then session.mu, then the topic tree's lock.
-// Nothing does I/O while holding s.mu.
+// Lock order: doc.go. Nothing does I/O while holding s.mu.
 
 import (
 	"errors"

@@ -1,0 +1,102 @@
+// Package gateway is edgegw's embedded MQTT broker (3.1, 3.1.1 and 5.0).
+// Listeners hand it connections (Server.ServeConn); it keeps the sessions,
+// routes each message to the matching subscribers and to in-process sinks
+// (a bridge's spool), and acknowledges a QoS 1/2 message only once
+// everything that must keep it has (ack.go).
+//
+// # Connections
+//
+// A client is one network connection speaking MQTT. The goroutine that calls
+// Server.ServeConn is its reader: it decodes and handles packets. Its writer
+// goroutine owns the write side of the socket and exists only while there is
+// something to write: it is started when work appears, drains the control
+// lane and the session's sendable messages, and exits when both are empty,
+// never two at once. Everything else only enqueues (field report 000: acks
+// never wait behind a PUBLISH; only new PUBLISH packets are gated by the
+// in-flight window).
+//
+// # Files
+//
+//	server.go      Server, Options, ServeConn, Run, Publish
+//	client.go      one connection: state, close, control lane, writer, buffers
+//	reader.go      the reader: read loop, idle wait, read errors
+//	connect.go     CONNECT: authentication, limits, will, session, CONNACK
+//	handle.go      every packet after CONNECT; acks, PINGREQ
+//	publish.go     an incoming PUBLISH
+//	subscribe.go   SUBSCRIBE and UNSUBSCRIBE
+//	disconnect.go  DISCONNECT
+//	takeover.go    draining a connection whose session is taken over
+//	route.go       routing a message to subscriptions; wills
+//	sink.go        sinks: in-process consumers (a bridge's spool)
+//	ack.go         the deferred acknowledgement
+//	inbound.go     the v5 Receive Maximum count of a publisher's flows
+//	registry.go    the life of sessions: attach, detach, expiry, wills
+//	session.go     one session: queue, flow control, in-flight window, QoS 2 ids
+//	queue.go       a session's message queue
+//	persist.go     writing the state store; restore.go reading it back
+//	authz.go       authorization on delivery; refusal counters
+//	limits.go      topic and subscription limits
+//	tarpit.go      slowing down password guessing
+//	stats.go       counters, Stats, $SYS; sys.go $SYS subscriptions
+//	clients.go     the status page's list of clients
+//	close.go       close reasons
+//	message.go     Message
+//
+// # The route of an incoming PUBLISH
+//
+//	reader.go     readLoop decodes it
+//	handle.go     handle dispatches it
+//	publish.go    handlePublish checks it (Receive Maximum, topic limits,
+//	              topic alias, $SYS, ACL); a QoS 2 id is recorded
+//	              (session.go receiveQoS2)
+//	route.go      routeKept: the retained store (server.go retain,
+//	              persist.go), then
+//	sink.go       the sinks; an asynchronous one makes the acknowledgement
+//	              wait (ack.go keeper.get, deferAck), then
+//	route.go      the matching subscriptions and shared groups, each
+//	              delivered to
+//	session.go    its session's queue (deliver; persist.go for a persistent
+//	              session), which wakes that connection's writer (client.go
+//	              kick); under flow control the acknowledgement waits for a
+//	              congested subscriber (addWaiter)
+//	persist.go    waitState: the acknowledgement waits for the state records
+//	ack.go        the verdict: PUBACK/PUBREC now (ackID), or when the last
+//	              sink, record or subscriber has kept it (keep.finish,
+//	              slotDone), in PUBLISH order; notKept if it was not kept
+//	client.go     the writer sends the acknowledgement (control lane first)
+//	              and each subscriber's writer its copy (session.go
+//	              takeSendable)
+//
+// # Lock order
+//
+// Locks are taken top down, never bottom up. A lock with nothing indented
+// below it is a leaf (nothing is taken while it is held), as is every lock
+// not listed (keep.mu, shareMu, watchMu, the tarpit's, the sinks' tree).
+//
+//	registry.mu             the sessions by client id (registry.go)
+//	  topics.Retained       read-locked while SUBSCRIBE queues retained
+//	                        messages (subscribe.go)
+//	    session.mu          one session at a time; no I/O under it
+//	      topics.Tree, store.Store, session.reads.mu
+//	client.amu              a publisher's ack slots (ack.go); never taken
+//	                        under a session.mu or a tree's lock; under
+//	                        registry.mu when attach or shutdown releases
+//	                        flow-control waiters
+//	  client.wmu            the control lane and the writer's state
+//
+// Releasing an acknowledgement (keep.finish, releaseWaiters, slotDone)
+// takes the publisher's session.mu (qos2Verdict), then its amu, then its
+// wmu: it is called with no session lock held, after unlocking (takeWaiters
+// and release hand the waiters back for that).
+//
+// # Spec tags
+//
+// A line that enforces a normative statement of the MQTT specification
+// carries its number: [MQTT-3.3.4-7] is a statement of MQTT 5.0; a
+// statement of 3.1.1 (found only there, or numbered differently there) is
+// marked [MQTT-3.1.2-24](3.1.1). A rule of a section that has no numbered
+// statement is cited without brackets, by version and section: 5.0
+// §3.14.2.2.2, 3.1.1 §3.1.2.4. No placeholders: a tag names the statement
+// it enforces or is not written. Every tag matches
+// \[MQTT-[0-9]+(\.[0-9]+)*-[0-9]+\](\(3\.1\.1\))?.
+package gateway
