@@ -796,7 +796,7 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	win := newSendWindow(maxCount, b.cfg.MaxInflightQoS2, auto, time.Now())
 	b.win.Store(win)
 	pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
-	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win)
+	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, sameQoS)
 	s.pick.budget = b.budget
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -873,7 +873,7 @@ func (s *session) send(ctx context.Context, win *sendWindow, pending chan<- infl
 			qos = 2
 		}
 		st := win.add(b.store.wireSize(e), qos, now)
-		s.pick.resume(e.rec, st.size)
+		s.pick.resume(e.rec, st)
 		b.inflight.Add(1)
 		b.sent.Add(1)
 		pending <- inflight{id: e.rec, out: e, st: st}

@@ -15,12 +15,20 @@ import (
 // protocol is counted too), the budget is used (not under-used by more
 // than 5 %), high alarms still go after it ran out, the rest of the bulk
 // waits in the spool, and after a restart of the bridge (same spool
-// directory, same period) the bulk still waits.
+// directory, same period) the bulk still waits. Over MQTT 3.1.1 and
+// MQTT 5 alike.
 func TestPeriodBudgetHeld(t *testing.T) {
+	for _, proto := range []string{bridge.Protocol311, bridge.Protocol5} {
+		t.Run(proto, func(t *testing.T) { testPeriodBudget(t, proto) })
+	}
+}
+
+func testPeriodBudget(t *testing.T, proto string) {
 	const budget, n = 20000, 600 // 600 readings of ~100 bytes on the wire: 3x the budget
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	cfg := testConfig(t, "b1", "tcp://"+up.addr())
+	cfg.Protocol = proto
 	cfg.BudgetBytes, cfg.BudgetPeriod = budget, time.Hour
 	cfg.Topics = []bridge.Rule{
 		{Pattern: "alarms/#", Direction: bridge.Out, QoS: 1, RemotePrefix: "site/", Priority: "high"},
@@ -41,8 +49,11 @@ func TestPeriodBudgetHeld(t *testing.T) {
 	bulkUp := upSub.count("site/bulk/t")
 	const oneMessage = 200
 	alarm := 2 + len("site/alarms/a") + 2 + len("alarm1") + 5
-	t.Logf("BUDGET %d bytes per hour, %d bulk readings offered (%d bytes of topic and payload): %d bulk upstream, %d bytes used (%.1f%% of the budget), alarm delivered, %d still in the spool",
-		budget, n, n*(len("site/bulk/t")+len(payload)+3), bulkUp, st.BudgetUsed, 100*float64(st.BudgetUsed)/budget, st.SpoolMessages)
+	if st.Protocol != proto {
+		t.Fatalf("uplink protocol %q, want %s", st.Protocol, proto)
+	}
+	t.Logf("BUDGET MQTT %s, %d bytes per hour, %d bulk readings offered (%d bytes of topic and payload): %d bulk upstream, %d bytes used (%.1f%% of the budget), alarm delivered, %d still in the spool",
+		proto, budget, n, n*(len("site/bulk/t")+len(payload)+3), bulkUp, st.BudgetUsed, 100*float64(st.BudgetUsed)/budget, st.SpoolMessages)
 	if st.BudgetUsed > int64(budget+oneMessage+alarm) || st.BudgetUsed < budget*95/100 {
 		t.Errorf("used %d bytes of a %d budget", st.BudgetUsed, budget)
 	}
@@ -66,12 +77,20 @@ func TestPeriodBudgetHeld(t *testing.T) {
 
 // TestRateLimitHeld: with rate_limit, the bytes written to the uplink
 // never exceed the rate times the time taken, plus one second's burst and
-// one message (a slow machine only makes the time longer).
+// one message (a slow machine only makes the time longer). Over MQTT
+// 3.1.1 and MQTT 5 alike.
 func TestRateLimitHeld(t *testing.T) {
+	for _, proto := range []string{bridge.Protocol311, bridge.Protocol5} {
+		t.Run(proto, func(t *testing.T) { testRateLimit(t, proto) })
+	}
+}
+
+func testRateLimit(t *testing.T, proto string) {
 	const rate, n = 20000, 400 // ~40 KB: about 2 s at the limit
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	cfg := testConfig(t, "b1", "tcp://"+up.addr())
+	cfg.Protocol = proto
 	cfg.RateLimit = rate
 	cfg.Topics = []bridge.Rule{{Pattern: "bulk/#", Direction: bridge.Out, QoS: 1, RemotePrefix: "site/"}}
 	upSub := subscribe(t, up.addr(), "up-sub", "site/#", 1)
@@ -82,8 +101,12 @@ func TestRateLimitHeld(t *testing.T) {
 	publishBacklog(t, lc, "bulk/t", 1, strings.Repeat("x", 80)+"-", n)
 	eventually(t, 30*time.Second, "everything upstream", func() bool { return countDistinct(upSub.all(), "site/bulk/t") == n })
 	elapsed := time.Since(start)
-	used := b.Stats().BudgetUsed
-	t.Logf("RATE-LIMIT %d B/s: %d readings, %d bytes written in %s (%.0f B/s)", rate, n, used, elapsed.Round(time.Millisecond), float64(used)/elapsed.Seconds())
+	st := b.Stats()
+	used := st.BudgetUsed
+	if st.Protocol != proto {
+		t.Fatalf("uplink protocol %q, want %s", st.Protocol, proto)
+	}
+	t.Logf("RATE-LIMIT MQTT %s, %d B/s: %d readings, %d bytes written in %s (%.0f B/s)", proto, rate, n, used, elapsed.Round(time.Millisecond), float64(used)/elapsed.Seconds())
 	if limit := rate*elapsed.Seconds() + rate + 200; float64(used) > limit {
 		t.Errorf("%d bytes in %s: more than rate x time + one second + one message (%.0f)", used, elapsed, limit)
 	}

@@ -83,11 +83,12 @@
 // reconnect.
 //
 // Over MQTT 5 (Config.Protocol "5" or "auto"; uplink5.go) the same holds,
-// with the broker's Receive Maximum bounding the QoS 1/2 publishes in
-// flight and its reason codes seen: a temporarily refused message stays
-// in the spool and is sent again after a backoff, a permanently refused
-// one is dropped and counted by reason (Stats.UpstreamDropped), never
-// counted as delivered.
+// lanes, drain policy and byte budget included (one picker, lanes.go, for
+// both protocols), with the broker's Receive Maximum bounding the QoS 1/2
+// publishes in flight and its reason codes seen: a temporarily refused
+// message stays in the spool and is sent again after a backoff, first in
+// its lane, a permanently refused one is dropped and counted by reason
+// (Stats.UpstreamDropped), never counted as delivered.
 //
 // The bridge is a sink of the gateway only while Run runs: start bridges
 // before the listeners so that no early local message misses the spool.

@@ -11,6 +11,7 @@ package bridge
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,100 +58,165 @@ const (
 // live-first.
 const DefaultBacklogShare = 0.25
 
-// picker chooses the next spool record a session sends; the sender asks
-// it (next) before it waits for room in the send window, and the acker
-// tells it when a publish completed (done). Order: lanes strictly by
-// priority (high, normal, bulk); within a lane, oldest first; with
-// live-first, within a lane the records accepted during this connection
-// (live) before the older ones (backlog), and the backlog in flight held
-// to backlog_share of the window: of its bytes (max_inflight auto: the
-// window the link allows right now) and of its count, but at least one
-// message. So live messages find room at once while the backlog drains
-// with the rest.
+// picker chooses the next spool record an uplink connection sends, over
+// MQTT 3.1.1 and MQTT 5 alike (one picker per connection): the sender
+// asks it (next) before it waits for room in the send window; the acker
+// tells it when a publish completed (done) and, over MQTT 5, when the
+// broker refused one for now (again). Order: lanes strictly by priority
+// (high, normal, bulk); within a lane, the records refused for now first
+// (after the refusal's backoff), then oldest first; with live-first,
+// within a lane the records accepted during this connection (live)
+// before the older ones (backlog), and the backlog in flight held to
+// backlog_share of the window: of its bytes (max_inflight auto: the
+// window the link allows right now), of its count and of its QoS 2
+// window (max_inflight_qos2 over 3.1.1; over MQTT 5 the broker's Receive
+// Maximum, which every QoS 1/2 publish takes), but at least one message.
+// So live messages find room at once while the backlog drains with the
+// rest.
 type picker struct {
 	sp        *spool.Spool
 	win       *sendWindow
 	budget    *budget // nil: no limit
 	liveFirst bool
 	share     float64
-	boundary  spool.ID          // the first ID accepted during this connection
-	resent    map[spool.ID]bool // flows paho re-sent on connect: not sent again
+	quotaQoS  func(qos byte) byte // the QoS under which a publish takes room in win
+	boundary  spool.ID            // the first ID accepted during this connection
+	resent    map[spool.ID]bool   // flows re-sent on connect: not sent again
 
 	// cursors: the last record picked per lane (all: FIFO; backlog and
 	// live: live-first).
 	all, backlog, live [spool.NumLanes]spool.ID
 
 	mu           sync.Mutex
-	backlogIn    map[spool.ID]int // backlog records in flight, and their wire size
-	backlogBytes int
-	freed        chan struct{} // a backlog record completed; capacity 1
+	backlogIn    map[spool.ID]inBacklog     // backlog records in flight
+	backlogBytes int                        // their wire size
+	backlogQuota int                        // how many of them hold a place of the QoS 2 window
+	toResend     [spool.NumLanes][]spool.ID // per lane: records refused for now (again), sorted
+	hold         time.Time                  // nothing is handed out before (the backoff after a refusal)
+	wake         chan struct{}              // a backlog record completed, or one is to be sent again; capacity 1
 }
 
-// newPicker makes the picker of a session that starts with the spool's
-// records up to now as its backlog.
-func newPicker(sp *spool.Spool, drain string, share float64, win *sendWindow) *picker {
+// inBacklog is what a backlog record in flight holds of the window.
+type inBacklog struct {
+	size  int
+	quota bool // a place of the QoS 2 window
+}
+
+// newPicker makes the picker of a connection that starts with the spool's
+// records up to now as its backlog; quotaQoS is the QoS under which a
+// publish takes room in win (over MQTT 5 every QoS 1/2 publish takes the
+// receive quota).
+func newPicker(sp *spool.Spool, drain string, share float64, win *sendWindow, quotaQoS func(byte) byte) *picker {
 	return &picker{
 		sp:        sp,
 		win:       win,
 		liveFirst: drain == DrainLiveFirst,
 		share:     share,
+		quotaQoS:  quotaQoS,
 		boundary:  sp.LastID() + 1,
 		resent:    make(map[spool.ID]bool),
-		backlogIn: make(map[spool.ID]int),
-		freed:     make(chan struct{}, 1),
+		backlogIn: make(map[spool.ID]inBacklog),
+		wake:      make(chan struct{}, 1),
 	}
 }
 
-// shareOf returns share of the window's current limits: count and bytes
-// (bytes 0: not bounded by bytes, a fixed max_inflight).
-func (w *sendWindow) shareOf(share float64) (count, bytes int) {
+// sameQoS is the QoS under which an MQTT 3.1.1 publish takes room in the
+// send window: its own.
+func sameQoS(qos byte) byte { return qos }
+
+// shareOf returns share of the window's current limits: count, bytes
+// (0: not bounded by bytes, a fixed max_inflight) and QoS 2 window.
+func (w *sendWindow) shareOf(share float64) (count, bytes, qos2 int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	count = max(1, int(share*float64(w.maxCount)))
+	qos2 = max(1, int(share*float64(w.maxQoS2)))
 	if w.auto {
 		bytes = max(1, int(share*float64(w.cwnd)))
 	}
-	return count, bytes
+	return count, bytes, qos2
 }
 
-// resume records a flow paho re-sent on connect: it is in flight (a
-// backlog one) and the picker skips it.
-func (p *picker) resume(id spool.ID, size int) {
+// resume records a flow re-sent on connect, with the room st it took in
+// the window: it is in flight (a backlog one) and the picker skips it.
+func (p *picker) resume(id spool.ID, st stamp) {
 	p.resent[id] = true
 	if p.liveFirst && id < p.boundary {
 		p.mu.Lock()
-		p.backlogIn[id] = size
-		p.backlogBytes += size
+		p.takeLocked(id, inBacklog{size: st.size, quota: st.qos == 2})
 		p.mu.Unlock()
 	}
 }
 
-// done is told by the acker that the publish of record id completed.
+// takeLocked counts backlog record id in flight. Caller holds mu.
+func (p *picker) takeLocked(id spool.ID, e inBacklog) {
+	p.backlogIn[id] = e
+	p.backlogBytes += e.size
+	if e.quota {
+		p.backlogQuota++
+	}
+}
+
+// done is told by the acker (or, for a publish complete when written or
+// never sent, the sender) that the publish of record id completed.
 func (p *picker) done(id spool.ID) {
 	if !p.liveFirst || id >= p.boundary {
 		return
 	}
 	p.mu.Lock()
-	size, ok := p.backlogIn[id]
-	delete(p.backlogIn, id)
-	p.backlogBytes -= size
-	p.mu.Unlock()
-	if !ok {
-		return
+	e, ok := p.backlogIn[id]
+	if ok {
+		delete(p.backlogIn, id)
+		p.backlogBytes -= e.size
+		if e.quota {
+			p.backlogQuota--
+		}
 	}
+	p.mu.Unlock()
+	if ok {
+		p.signal()
+	}
+}
+
+// again schedules record id of lane, refused by the broker for now
+// (MQTT 5), to be sent again first in its lane, and holds every pick back
+// until hold (the refusal's backoff). Call done for it first.
+func (p *picker) again(id spool.ID, lane spool.Lane, hold time.Time) {
+	p.mu.Lock()
+	q := p.toResend[lane]
+	k, found := slices.BinarySearch(q, id)
+	if !found {
+		p.toResend[lane] = slices.Insert(q, k, id)
+	}
+	if hold.After(p.hold) {
+		p.hold = hold
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *picker) signal() {
 	select {
-	case p.freed <- struct{}{}:
+	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
-// backlogRoom reports whether one more backlog record may go.
-func (p *picker) backlogRoom() bool {
-	count, bytes := p.win.shareOf(p.share)
+// held returns how long picks are still held back after a refusal.
+func (p *picker) held() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Until(p.hold)
+}
+
+// backlogRoom reports whether one more backlog record may go; quota: it
+// would take a place of the QoS 2 window.
+func (p *picker) backlogRoom(quota bool) bool {
+	count, bytes, qos2 := p.win.shareOf(p.share)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(p.backlogIn)
-	return n == 0 || (n < count && (bytes == 0 || p.backlogBytes < bytes))
+	return n == 0 || (n < count && (bytes == 0 || p.backlogBytes < bytes) && (!quota || p.backlogQuota < qos2))
 }
 
 // next returns the next record to send, waiting until there is one or
@@ -161,6 +227,16 @@ func (p *picker) next(ctx context.Context) (spool.ID, spool.Message, error) {
 		// debt (budget.go).
 		if err := p.budget.wait(ctx); err != nil {
 			return 0, spool.Message{}, err
+		}
+		if d := p.held(); d > 0 { // the backoff after a refusal (MQTT 5)
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return 0, spool.Message{}, ctx.Err()
+			}
+			continue
 		}
 		changed := p.sp.Changed()
 		id, m, ok, retry, err := p.pick()
@@ -178,7 +254,7 @@ func (p *picker) next(ctx context.Context) (spool.ID, spool.Message, error) {
 		}
 		select {
 		case <-changed:
-		case <-p.freed:
+		case <-p.wake:
 		case <-later:
 		case <-ctx.Done():
 		}
@@ -202,44 +278,112 @@ func (p *picker) pick() (id spool.ID, m spool.Message, ok bool, retry time.Durat
 			continue
 		}
 		if !p.liveFirst {
-			if id, m, ok, err := p.head(lane, &p.all[lane], 0); ok || err != nil {
+			if id, m, ok, err = p.refused(lane, 0, 0); ok || err != nil {
+				return id, m, ok, 0, err
+			}
+			if id, m, ok, err = p.head(lane, &p.all[lane], 0); ok {
+				p.all[lane] = id
+			}
+			if ok || err != nil {
 				return id, m, ok, 0, err
 			}
 			continue
 		}
 		p.live[lane] = max(p.live[lane], p.boundary-1)
-		if id, m, ok, err := p.head(lane, &p.live[lane], 0); ok || err != nil {
+		if id, m, ok, err = p.refused(lane, p.boundary, 0); ok || err != nil {
 			return id, m, ok, 0, err
 		}
-		if !p.backlogRoom() {
-			continue
-		}
-		id, m, ok, err := p.head(lane, &p.backlog[lane], p.boundary)
-		if ok {
-			size := publishSize(m.Topic, len(m.Payload))
-			p.mu.Lock()
-			p.backlogIn[id] = size
-			p.backlogBytes += size
-			p.mu.Unlock()
+		if id, m, ok, err = p.head(lane, &p.live[lane], 0); ok {
+			p.live[lane] = id
 		}
 		if ok || err != nil {
 			return id, m, ok, 0, err
 		}
+		if !p.backlogRoom(false) {
+			continue
+		}
+		if id, m, ok, err = p.refused(lane, 0, p.boundary); err != nil {
+			return id, m, ok, 0, err
+		}
+		fromHead := false
+		if !ok {
+			if id, m, ok, err = p.head(lane, &p.backlog[lane], p.boundary); err != nil || !ok {
+				if err != nil {
+					return id, m, ok, 0, err
+				}
+				continue
+			}
+			fromHead = true
+		}
+		quota := p.quotaQoS(m.QoS) == 2
+		if !p.backlogRoom(quota) {
+			continue // not taken: the same record is looked at next time
+		}
+		p.mu.Lock()
+		p.takeLocked(id, inBacklog{size: publishSize(m.Topic, len(m.Payload)), quota: quota})
+		if !fromHead {
+			p.unqueueLocked(lane, id)
+		}
+		p.mu.Unlock()
+		if fromHead {
+			p.backlog[lane] = id
+		}
+		return id, m, true, 0, nil
 	}
 	return 0, spool.Message{}, false, retry, nil
 }
 
+// refused returns the oldest record of lane to be sent again (again)
+// with an ID in [lo, hi) (hi 0: no bound). A live one is taken off the
+// queue at once; the caller takes a backlog one (unqueueLocked) once it
+// has room for it. A record gone meanwhile (overflow, expiry) is
+// forgotten.
+func (p *picker) refused(lane spool.Lane, lo, hi spool.ID) (spool.ID, spool.Message, bool, error) {
+	for {
+		p.mu.Lock()
+		q := p.toResend[lane]
+		k, _ := slices.BinarySearch(q, lo)
+		if k == len(q) || (hi != 0 && q[k] >= hi) {
+			p.mu.Unlock()
+			return 0, spool.Message{}, false, nil
+		}
+		id := q[k]
+		p.mu.Unlock()
+		es, err := p.sp.Peek(id-1, 1)
+		if err != nil {
+			return 0, spool.Message{}, false, err
+		}
+		found := len(es) == 1 && es[0].ID == id
+		if !found || hi == 0 {
+			p.mu.Lock()
+			p.unqueueLocked(lane, id)
+			p.mu.Unlock()
+		}
+		if found {
+			return id, es[0].Message, true, nil
+		}
+	}
+}
+
+// unqueueLocked takes id off lane's queue of records to send again.
+// Caller holds mu.
+func (p *picker) unqueueLocked(lane spool.Lane, id spool.ID) {
+	if k, found := slices.BinarySearch(p.toResend[lane], id); found {
+		p.toResend[lane] = slices.Delete(p.toResend[lane], k, k+1)
+	}
+}
+
 // head returns the lane's next record after *cursor (below limit, if
-// limit is not 0), skipping the flows paho re-sent, and advances the
-// cursor past it.
+// limit is not 0), skipping the flows re-sent on connect (the cursor
+// moves past them); the caller moves the cursor past the record it takes.
 func (p *picker) head(lane spool.Lane, cursor *spool.ID, limit spool.ID) (spool.ID, spool.Message, bool, error) {
 	for {
 		id, m, ok, err := p.sp.Head(lane, *cursor)
 		if err != nil || !ok || (limit != 0 && id >= limit) {
 			return 0, m, false, err
 		}
-		*cursor = id
 		if p.resent[id] {
+			*cursor = id
 			delete(p.resent, id)
 			continue
 		}

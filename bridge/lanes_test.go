@@ -40,19 +40,24 @@ func outage(t *testing.T, px *proxy, b *running) (end func()) {
 // TestHighFirstDuringBulkDrain: an alarm on a high-priority rule,
 // published while a backlog of bulk messages drains, is sent at the next
 // free window slot: at most the window (already in flight) reaches the
-// cloud between its publication and its arrival, not the backlog.
+// cloud between its publication and its arrival, not the backlog. Over
+// MQTT 3.1.1 and MQTT 5 alike (mosquitto's Receive Maximum, 20, then
+// bounds the window too).
 func TestHighFirstDuringBulkDrain(t *testing.T) {
-	t.Run("window16", func(t *testing.T) { testHighFirst(t, 16) })
-	t.Run("auto", func(t *testing.T) { testHighFirst(t, bridge.MaxInflightAuto) })
+	for _, proto := range []string{bridge.Protocol311, bridge.Protocol5} {
+		t.Run(proto+"/window16", func(t *testing.T) { testHighFirst(t, proto, 16) })
+		t.Run(proto+"/auto", func(t *testing.T) { testHighFirst(t, proto, bridge.MaxInflightAuto) })
+	}
 }
 
-func testHighFirst(t *testing.T, window int) {
+func testHighFirst(t *testing.T, proto string, window int) {
 	const backlog = 2000
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
 	px.setAckDelay(5 * time.Millisecond) // an uplink with a round trip: the drain takes a while
 	cfg := testConfig(t, "b1", px.url())
+	cfg.Protocol = proto
 	cfg.MaxInflight = window
 	cfg.Topics = []bridge.Rule{
 		{Pattern: "alarms/#", Direction: bridge.Out, QoS: 1, RemotePrefix: "site/", Priority: "high"},
@@ -80,8 +85,11 @@ func testHighFirst(t *testing.T, window int) {
 		ahead++
 	}
 	eventually(t, 30*time.Second, "the backlog upstream", func() bool { return countDistinct(upSub.all(), "site/bulk/t") == backlog })
-	t.Logf("HIGH-FIRST backlog %d bulk, max_inflight %d (0: auto), ack delay 5ms: alarm published with %d bulk upstream, arrived after %d (latency %s)",
-		backlog, cfg.MaxInflight, before, ahead, latency)
+	t.Logf("HIGH-FIRST MQTT %s, backlog %d bulk, max_inflight %d (0: auto), ack delay 5ms: alarm published with %d bulk upstream, arrived after %d (latency %s)",
+		proto, backlog, cfg.MaxInflight, before, ahead, latency)
+	if p := b.Stats().Protocol; p != proto {
+		t.Fatalf("uplink protocol %q, want %s", p, proto)
+	}
 	// With a fixed window, two windows (in flight, and on their way to the
 	// subscriber); with auto, before the backlog drained.
 	if (window > 0 && ahead-before > 2*window) || ahead >= backlog {
@@ -98,25 +106,31 @@ func testHighFirst(t *testing.T, window int) {
 // has drained; with fifo, after all of it. Both at QoS 2 with a
 // persistent session and an uplink reset in the middle of the drain:
 // every message arrives exactly once, each part (live, backlog) in order.
+// Over MQTT 3.1.1 and MQTT 5 alike.
 func TestLiveFirstDrain(t *testing.T) {
-	for _, drain := range []string{bridge.DrainLiveFirst, bridge.DrainFIFO} {
-		t.Run(drain+"/qos2-window16", func(t *testing.T) { testDrainOrder(t, drain, 16, 2, 600, true) })
-		// No reset here: the flows in flight at a reset are re-sent first
-		// and hold the window until they are acked (window.go), and with
-		// auto that may be most of a small backlog.
-		t.Run(drain+"/qos1-auto", func(t *testing.T) { testDrainOrder(t, drain, bridge.MaxInflightAuto, 1, 3000, false) })
+	for _, proto := range []string{bridge.Protocol311, bridge.Protocol5} {
+		for _, drain := range []string{bridge.DrainLiveFirst, bridge.DrainFIFO} {
+			t.Run(proto+"/"+drain+"/qos2-window16", func(t *testing.T) { testDrainOrder(t, proto, drain, 16, 2, 600, true) })
+			// No reset here: the flows in flight at a reset are re-sent first
+			// and hold the window until they are acked (window.go), and with
+			// auto that may be most of a small backlog.
+			t.Run(proto+"/"+drain+"/qos1-auto", func(t *testing.T) {
+				testDrainOrder(t, proto, drain, bridge.MaxInflightAuto, 1, 3000, false)
+			})
+		}
 	}
 }
 
 // testDrainOrder runs one drain: with QoS 2 every message must arrive
 // exactly once, with QoS 1 at least once (a reset may cost duplicates).
-func testDrainOrder(t *testing.T, drain string, window int, qos byte, backlog int, reset bool) {
+func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, backlog int, reset bool) {
 	const live = 10
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
 	px.setAckDelay(5 * time.Millisecond)
 	cfg := testConfig(t, "b1", px.url())
+	cfg.Protocol = proto
 	cfg.CleanSession = false
 	cfg.MaxInflight = window
 	cfg.Drain = drain
@@ -181,13 +195,16 @@ func testDrainOrder(t *testing.T, drain string, window int, qos byte, backlog in
 	if next['b'] != backlog || next['l'] != live {
 		t.Fatalf("got %d backlog and %d live messages", next['b'], next['l'])
 	}
-	t.Logf("DRAIN %s: backlog %d QoS %d, max_inflight %d (0: auto), backlog_share 25%%, ack delay 5ms, reset mid-drain %v: worst live latency %s (live published one at a time), everything upstream %s after the first live one; last live at position %d, last backlog at %d; %d duplicates",
-		drain, backlog, qos, cfg.MaxInflight, reset, worst.Round(time.Millisecond), drained.Round(time.Millisecond), lastLive, lastBacklog, dups)
+	t.Logf("DRAIN MQTT %s %s: backlog %d QoS %d, max_inflight %d (0: auto), backlog_share 25%%, ack delay 5ms, reset mid-drain %v: worst live latency %s (live published one at a time), everything upstream %s after the first live one; last live at position %d, last backlog at %d; %d duplicates",
+		proto, drain, backlog, qos, cfg.MaxInflight, reset, worst.Round(time.Millisecond), drained.Round(time.Millisecond), lastLive, lastBacklog, dups)
 	if drain == bridge.DrainLiveFirst && lastLive > lastBacklog {
 		t.Errorf("live-first: a live message arrived after the whole backlog")
 	}
 	if drain == bridge.DrainFIFO && lastLive < lastBacklog {
 		t.Errorf("fifo: a live message overtook the backlog")
+	}
+	if p := b.Stats().Protocol; p != proto {
+		t.Errorf("uplink protocol %q, want %s", p, proto)
 	}
 	if st := b.Stats(); reset && st.Resumed == 0 {
 		t.Errorf("the reset cut no flow: the test proves nothing about exactly once")

@@ -50,7 +50,8 @@ type flow5 struct {
 	rec  spool.ID
 	id   uint16 // its packet id: wireID(rec)
 	qos  byte
-	size int // about its size on the wire (for the send window)
+	lane spool.Lane // its record's priority lane
+	size int        // about its size on the wire (for the send window)
 
 	// Under the session's mu:
 	pub  *packets.Publish // set by AddToSession; nil while only announced
@@ -92,17 +93,17 @@ func newSession5(ended func(*flow5)) *session5 {
 	}
 }
 
-// begin announces the publish of record rec at qos (1 or 2): its flow is
+// begin announces the publish of record rec of lane at qos (1 or 2): its flow is
 // registered under wireID(rec). If a flow 65535 records older still holds
 // that id, begin returns nil and a channel to wait on.
-func (s *session5) begin(rec spool.ID, qos byte, size int) (*flow5, <-chan struct{}) {
+func (s *session5) begin(rec spool.ID, qos byte, lane spool.Lane, size int) (*flow5, <-chan struct{}) {
 	id := wireID(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f := s.out[id]; f != nil {
 		return nil, f.done
 	}
-	f := &flow5{rec: rec, id: id, qos: qos, size: size, done: make(chan struct{})}
+	f := &flow5{rec: rec, id: id, qos: qos, lane: lane, size: size, done: make(chan struct{})}
 	s.out[id] = f
 	return f, nil
 }

@@ -11,7 +11,7 @@ package bridge
 //   - PUBACK/PUBREC carry a reason code: a refused message is never counted
 //     as delivered. A temporary refusal (0x97 quota exceeded, ...) keeps it
 //     in the spool and pauses the sender for a backoff, after which the
-//     refused messages go first; a permanent one (0x87 not authorized,
+//     refused messages go first in their lanes; a permanent one (0x87 not authorized,
 //     0x90 topic name invalid, ...) drops it, counted by reason
 //     (Stats.UpstreamDropped, protocol.go).
 //
@@ -20,9 +20,10 @@ package bridge
 // time-stamped for the ack watchdog; no packet id rewriting, see
 // session5.go) and runs a fresh paho.golang Client on it per connection;
 // the session state (session5.go) lives as long as the bridge. While
-// connected, a sender and an acker run as for 3.1.1: the sender walks the
-// spool, the acker waits for each flow's end in send order and is the ack
-// watchdog.
+// connected, a sender and an acker run as for 3.1.1: the sender takes the
+// records from the connection's picker (lanes.go: priority lanes, drain
+// policy, byte budget and rate limit, the same code as over 3.1.1), the
+// acker waits for each flow's end in send order and is the ack watchdog.
 //
 // With "auto" a broker that refuses version 5 (CONNACK 0x84, or the 3.1.1
 // CONNACK "unacceptable protocol version" a 3.1.1-only broker sends) is
@@ -34,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"sync"
 	"time"
 
@@ -82,11 +82,7 @@ type uplink5 struct {
 	maxQoS    byte // the broker's Maximum QoS
 	retain    bool // the broker takes retained messages
 
-	mu      sync.Mutex
-	retries []spool.ID         // temporarily refused records, to send again
-	hold    time.Time          // no new publish before this (backoff after a refusal)
-	bo      backoff            // of hold
-	wake    context.CancelFunc // ends the sender's wait for the spool when a retry is due
+	bo backoff // after a temporary refusal; the acker's only
 }
 
 // ended5 is the session's report that the broker answered flow f (see
@@ -113,9 +109,10 @@ func (b *Bridge) dropRefused(rec spool.ID, rc byte) {
 
 // inflight5 is an MQTT 5 publish handed to paho and not yet answered.
 type inflight5 struct {
-	id spool.ID
-	f  *flow5
-	st stamp
+	id   spool.ID
+	lane spool.Lane
+	f    *flow5
+	st   stamp
 }
 
 // quotaQoS is the QoS under which a publish takes room in the send
@@ -139,6 +136,8 @@ func (b *Bridge) serve5(ctx context.Context, s *uplink5) {
 	win := newSendWindow(maxCount, min(s.recvMax, maxCount), auto, time.Now())
 	b.win.Store(win)
 	pending := make(chan inflight5, maxCount)
+	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, quotaQoS) // lanes.go, as over 3.1.1
+	s.pick.budget = b.budget
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
@@ -187,29 +186,32 @@ func (s *uplink5) drain() {
 }
 
 // send is the MQTT 5 sender: the flows re-sent on connect first (they hold
-// room), then the spool oldest first, each within the send window and the
-// receive quota; temporarily refused records go again after a backoff.
+// room), then the spool in the picker's order (lanes.go: by lane, drain
+// policy and budget, as over 3.1.1, with the temporarily refused records
+// first in their lanes after a backoff), each within the send window and
+// the receive quota.
 func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- inflight5) {
 	b := s.b
-	sp := b.spool.Load()
-	resent := make(map[spool.ID]bool)
 	now := time.Now()
 	for _, f := range b.sess5.pending() {
 		st := win.add(f.size, quotaQoS(f.qos), now)
-		resent[f.rec] = true
+		s.pick.resume(f.rec, st)
 		b.inflight.Add(1)
 		b.sent.Add(1)
-		pending <- inflight5{id: f.rec, f: f, st: st}
+		pending <- inflight5{id: f.rec, lane: f.lane, f: f, st: st}
 	}
-	var last spool.ID
 	for {
-		id, m, ok := s.next(ctx, sp, &last, resent)
-		if !ok {
+		id, m, err := s.pick.next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.teardown(fmt.Errorf("spool: %w", err))
+			}
 			return
 		}
 		size := publishSize(m.Topic, len(m.Payload))
 		if rc := s.refuseLocally(m, size); rc != 0 {
 			b.dropRefused(id, rc)
+			s.pick.done(id)
 			continue
 		}
 		st, ok := win.acquire(ctx, size, quotaQoS(m.QoS))
@@ -219,7 +221,7 @@ func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- infl
 		var f *flow5
 		for m.QoS > 0 && f == nil {
 			var busy <-chan struct{}
-			if f, busy = b.sess5.begin(id, m.QoS, size); f == nil {
+			if f, busy = b.sess5.begin(id, m.QoS, m.Lane, size); f == nil {
 				select { // a record 65535 older holds the packet id
 				case <-busy:
 				case <-ctx.Done():
@@ -233,7 +235,7 @@ func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- infl
 		if f != nil {
 			p.PacketID = f.id
 		}
-		_, err := s.c.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+		_, err = s.c.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
 		b.sent.Add(1)
 		if f == nil { // QoS 0: complete once written
 			b.inflight.Add(-1)
@@ -243,6 +245,7 @@ func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- infl
 				return
 			}
 			b.completed(id)
+			s.pick.done(id)
 			continue
 		}
 		if err != nil && !errors.Is(err, paho.ErrNetworkErrorAfterStored) {
@@ -252,7 +255,7 @@ func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- infl
 			s.teardown(fmt.Errorf("publish: %w", err))
 			return
 		}
-		pending <- inflight5{id: id, f: f, st: st}
+		pending <- inflight5{id: id, lane: m.Lane, f: f, st: st}
 	}
 }
 
@@ -272,84 +275,14 @@ func (s *uplink5) refuseLocally(m spool.Message, size int) byte {
 	return 0
 }
 
-// next returns the next record to send: a refused one whose backoff has
-// passed, else the next in the spool after *last (skipping those re-sent
-// on connect). false when ctx ended or the spool failed.
-func (s *uplink5) next(ctx context.Context, sp *spool.Spool, last *spool.ID, resent map[spool.ID]bool) (spool.ID, spool.Message, bool) {
-	for {
-		s.mu.Lock()
-		wait := time.Until(s.hold)
-		var retry spool.ID
-		if wait <= 0 && len(s.retries) > 0 {
-			retry = s.retries[0]
-			s.retries = s.retries[1:]
-		}
-		wctx, wake := context.WithCancel(ctx)
-		s.wake = wake
-		s.mu.Unlock()
-		if wait > 0 {
-			wake()
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return 0, spool.Message{}, false
-			}
-			continue
-		}
-		if retry != 0 {
-			wake()
-			es, err := sp.Peek(retry-1, 1)
-			if err != nil {
-				s.teardown(fmt.Errorf("spool: %w", err))
-				return 0, spool.Message{}, false
-			}
-			if len(es) == 1 && es[0].ID == retry {
-				return retry, es[0].Message, true
-			}
-			continue // gone meanwhile (dropped by the overflow policy)
-		}
-		id, m, err := sp.Next(wctx, *last)
-		wake()
-		if err != nil {
-			if ctx.Err() != nil {
-				return 0, spool.Message{}, false
-			}
-			if wctx.Err() != nil {
-				continue // a refused record is due
-			}
-			s.teardown(fmt.Errorf("spool: %w", err))
-			return 0, spool.Message{}, false
-		}
-		*last = id
-		if resent[id] {
-			delete(resent, id)
-			continue
-		}
-		return id, m, true
-	}
+// retry schedules record rec of lane, temporarily refused, to be sent
+// again, and holds the sender back for a backoff. The acker's only.
+func (s *uplink5) retry(rec spool.ID, lane spool.Lane) {
+	s.pick.again(rec, lane, time.Now().Add(s.bo.next()))
 }
 
-// retry schedules record rec, temporarily refused, to be sent again, and
-// holds the sender back for a backoff.
-func (s *uplink5) retry(rec spool.ID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, _ := slices.BinarySearch(s.retries, rec)
-	s.retries = slices.Insert(s.retries, i, rec)
-	s.hold = time.Now().Add(s.bo.next())
-	if s.wake != nil {
-		s.wake()
-	}
-}
-
-// accepted resets the refusal backoff.
-func (s *uplink5) accepted() {
-	s.mu.Lock()
-	s.bo.reset()
-	s.mu.Unlock()
-}
+// accepted resets the refusal backoff. The acker's only.
+func (s *uplink5) accepted() { s.bo.reset() }
 
 // ack is the MQTT 5 acker and ack watchdog (see session.ack): it waits
 // for each flow's end in send order and frees its room in the window.
@@ -383,6 +316,7 @@ func (s *uplink5) ack(ctx context.Context, win *sendWindow, pending <-chan infli
 				return
 			}
 		}
+		s.pick.done(f.id) // before a retry takes it again
 		switch {
 		case f.f.reset:
 			// The broker lost the session (only at a connect, before this
@@ -390,7 +324,7 @@ func (s *uplink5) ack(ctx context.Context, win *sendWindow, pending <-chan infli
 		case f.f.reason >= 0x80 && !permanentRefusal(f.f.reason):
 			b.upRefused.retried.Add(1)
 			b.upRefusedLog.note(b.log, f.f.reason)
-			s.retry(f.id)
+			s.retry(f.id, f.lane)
 		case f.f.reason < 0x80:
 			s.accepted()
 		}
