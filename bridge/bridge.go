@@ -111,10 +111,13 @@ type Stats struct {
 	InboundFailed uint64 // inbound messages the gateway refused (not acked upstream)
 	AcceptFailed  uint64 // local messages the spool could not keep (publisher not acked); logged per burst
 
-	// The byte budget (budget.go), if one is set: the current period's
-	// start and the bytes written to the uplink in it.
-	BudgetStart time.Time
-	BudgetUsed  int64
+	// The byte budget (budget.go), if rate_limit or budget is set.
+	BudgetUsed  int64         // bytes written to the uplink in the current period (without a period budget: since the bridge started)
+	BudgetLimit int64         // bytes per period (0: no period budget)
+	BudgetStart time.Time     // the current period's start (zero: no period budget)
+	BudgetEnd   time.Time     // and its end: normal and bulk wait for it once BudgetUsed reaches BudgetLimit
+	RateLimit   int64         // bytes per second (0: none)
+	RateWaited  time.Duration // how long the sender waited for the rate limit, in all
 	// MQTT 5 uplinks (protocol.go, uplink5.go).
 	Protocol          string          // of the current (or last) connection: "3.1.1" or "5"
 	UpstreamDropped   uint64          // messages the upstream refused for good (PUBACK/PUBREC reason code): dropped, never Acked
@@ -374,7 +377,9 @@ func (b *Bridge) Stats() Stats {
 	st.InboundFailed = b.inboundFailed.Load()
 	st.AcceptFailed = b.acceptFailed.Load()
 	if b.spool.Load() != nil && b.budget != nil {
-		st.BudgetStart, st.BudgetUsed = b.budget.state()
+		bs := b.budget.state()
+		st.BudgetUsed, st.BudgetStart, st.BudgetEnd, st.RateWaited = bs.used, bs.start, bs.end, bs.waited
+		st.BudgetLimit, st.RateLimit = b.budget.limit, int64(b.budget.rate)
 	}
 	st.Protocol, _ = b.uplinkProto.Load().(string)
 	st.UpstreamDroppedBy, st.UpstreamDropped = b.upRefused.droppedByReason()

@@ -46,6 +46,7 @@ type budget struct {
 	now    func() time.Time
 
 	mu     sync.Mutex
+	waited time.Duration // the picker's waits for the bucket, in all
 	tokens float64
 	last   time.Time // of the last refill
 	start  time.Time // of the current period
@@ -140,22 +141,41 @@ func (bg *budget) wait(ctx context.Context) error {
 		if debt <= 0 {
 			return nil
 		}
+		start := time.Now()
 		t := time.NewTimer(time.Duration(debt / bg.rate * float64(time.Second)))
+		var err error
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		bg.mu.Lock()
+		bg.waited += time.Since(start)
+		bg.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }
 
-// state returns the period's start and the bytes used in it.
-func (bg *budget) state() (start time.Time, used int64) {
+// budgetStats is what Stats shows of a budget.
+type budgetStats struct {
+	start, end time.Time // of the current period (zero without a period budget)
+	used       int64     // bytes written in it (without a period budget: since start)
+	waited     time.Duration
+}
+
+// state returns the budget's state for Stats.
+func (bg *budget) state() budgetStats {
 	bg.mu.Lock()
 	defer bg.mu.Unlock()
 	bg.rollLocked(bg.now())
-	return bg.start, bg.used
+	st := budgetStats{used: bg.used, waited: bg.waited}
+	if bg.limit > 0 {
+		st.start, st.end = bg.start, bg.start.Add(bg.period)
+	}
+	return st
 }
 
 // persist writes the period state if it changed.

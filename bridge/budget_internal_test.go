@@ -80,7 +80,7 @@ func TestPeriodBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, used := bg2.state(); used != 10000 {
+	if used := bg2.state().used; used != 10000 {
 		t.Fatalf("after a restart used %d, want 10000", used)
 	}
 	if ok, _ := bg2.laneAllowed(spool.LaneBulk); ok {
@@ -90,8 +90,8 @@ func TestPeriodBudget(t *testing.T) {
 	if ok, _ := bg2.laneAllowed(spool.LaneBulk); !ok {
 		t.Fatal("bulk held in the next period")
 	}
-	if start, used := bg2.state(); used != 0 || !start.Equal(time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC)) {
-		t.Fatalf("next period starts %v with %d used", start, used)
+	if st := bg2.state(); st.used != 0 || !st.start.Equal(time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC)) || !st.end.Equal(st.start.Add(time.Hour)) {
+		t.Fatalf("next period %v to %v with %d used", st.start, st.end, st.used)
 	}
 
 	// A damaged file: the period starts afresh; another version: refused.
@@ -101,7 +101,7 @@ func TestPeriodBudget(t *testing.T) {
 	os.WriteFile(path, b, 0o600)
 	if bg3, err := newBudget(0, 10000, time.Hour, dir, clk.now); err != nil {
 		t.Fatal(err)
-	} else if _, used := bg3.state(); used != 0 {
+	} else if used := bg3.state().used; used != 0 {
 		t.Fatalf("damaged state gave used %d", used)
 	}
 	b[17] ^= 1

@@ -57,6 +57,9 @@ func testPeriodBudget(t *testing.T, proto string) {
 	if st.BudgetUsed > int64(budget+oneMessage+alarm) || st.BudgetUsed < budget*95/100 {
 		t.Errorf("used %d bytes of a %d budget", st.BudgetUsed, budget)
 	}
+	if st.BudgetLimit != budget || !st.BudgetEnd.Equal(st.BudgetStart.Add(time.Hour)) || st.BudgetStart.After(time.Now()) {
+		t.Errorf("stats say a budget of %d from %v to %v", st.BudgetLimit, st.BudgetStart, st.BudgetEnd)
+	}
 	if bulkUp >= n/2 || st.SpoolMessages < int64(n/2) {
 		t.Errorf("%d bulk upstream, %d in the spool: the budget did not hold them", bulkUp, st.SpoolMessages)
 	}
@@ -106,7 +109,14 @@ func testRateLimit(t *testing.T, proto string) {
 	if st.Protocol != proto {
 		t.Fatalf("uplink protocol %q, want %s", st.Protocol, proto)
 	}
-	t.Logf("RATE-LIMIT MQTT %s, %d B/s: %d readings, %d bytes written in %s (%.0f B/s)", proto, rate, n, used, elapsed.Round(time.Millisecond), float64(used)/elapsed.Seconds())
+	t.Logf("RATE-LIMIT MQTT %s, %d B/s: %d readings, %d bytes written in %s (%.0f B/s); the sender waited %s for the bucket",
+		proto, rate, n, used, elapsed.Round(time.Millisecond), float64(used)/elapsed.Seconds(), st.RateWaited.Round(time.Millisecond))
+	// 40 KB at 20 KB/s with one second's burst: within a second the
+	// sender must have waited for the bucket (a machine slower than the
+	// limit need not), and never longer than it all took.
+	if st.RateLimit != rate || (st.RateWaited == 0 && elapsed < time.Second) || st.RateWaited > elapsed {
+		t.Errorf("stats say rate limit %d, waited %s of %s", st.RateLimit, st.RateWaited, elapsed)
+	}
 	if limit := rate*elapsed.Seconds() + rate + 200; float64(used) > limit {
 		t.Errorf("%d bytes in %s: more than rate x time + one second + one message (%.0f)", used, elapsed, limit)
 	}

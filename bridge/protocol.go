@@ -70,6 +70,17 @@ func permanentRefusal(rc byte) bool {
 	return false
 }
 
+// PermanentRefusals returns the reason codes for which an MQTT 5 uplink
+// drops a refused message (Stats.UpstreamDroppedBy can hold no other),
+// in ascending order: /metrics shows a count for each, zero included.
+func PermanentRefusals() []byte {
+	return []byte{rcNotAuthorized, rcTopicNameInvalid, rcPacketTooLarge, rcPayloadFormat,
+		rcRetainNotSupported, rcQoSNotSupported}
+}
+
+// ReasonName names an MQTT 5 reason code of a refusal ("not authorized").
+func ReasonName(rc byte) string { return reasonName(rc) }
+
 // reasonName names a refusal's reason code for logs and Stats.
 func reasonName(rc byte) string {
 	switch rc {

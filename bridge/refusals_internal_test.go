@@ -62,3 +62,17 @@ func TestRefusalLogOnePerBurst(t *testing.T) {
 		t.Fatalf("a new burst logged %d lines in all; want 3", n)
 	}
 }
+
+// TestPermanentRefusalsListed: PermanentRefusals lists exactly the codes
+// permanentRefusal drops for, so /metrics shows every drop reason.
+func TestPermanentRefusalsListed(t *testing.T) {
+	listed := make(map[byte]bool)
+	for _, rc := range PermanentRefusals() {
+		listed[rc] = true
+	}
+	for rc := range 256 {
+		if permanentRefusal(byte(rc)) != listed[byte(rc)] {
+			t.Errorf("code 0x%02x: permanentRefusal %v, listed %v", rc, permanentRefusal(byte(rc)), listed[byte(rc)])
+		}
+	}
+}
