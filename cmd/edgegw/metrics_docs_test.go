@@ -100,6 +100,8 @@ bridges:
   - name: cloud
     addresses: ["tcp://%s", "tcp://%s"]
     client_id: edge-docs
+    rate_limit: 100000000        # the budget series: far above what the test sends
+    budget: "1GiB per 30d"
     topics:
       - {pattern: "sensors/#", direction: out, qos: 1}
 `, local, tty, maddr, t.TempDir(), dead, cloud)), 0o600)

@@ -439,9 +439,24 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 			bs.Spool.BytesWritten, bs.Spool.Syncs = int64(ss.BytesWritten), int64(ss.Syncs)
 		}
 		bs.Ledger = ledgerStatus(b)
+		bs.UpstreamRetried = int64(st.UpstreamRetried)
+		bs.UpstreamDropped = make(map[string]int64)
+		for _, rc := range bridge.PermanentRefusals() { // every reason, zero included
+			bs.UpstreamDropped[reasonLabel(rc)] = int64(st.UpstreamDroppedBy[rc])
+		}
+		if st.RateLimit > 0 || st.BudgetLimit > 0 {
+			bs.Budget = &metrics.BudgetStatus{Used: st.BudgetUsed, Limit: st.BudgetLimit, PeriodEnd: st.BudgetEnd,
+				Rate: st.RateLimit, RateWaited: st.RateWaited}
+		}
 		out = append(out, bs)
 	}
 	return out
+}
+
+// reasonLabel is an MQTT 5 reason code as a metric label:
+// "not_authorized", "qos_not_supported".
+func reasonLabel(rc byte) string {
+	return strings.ReplaceAll(strings.ToLower(bridge.ReasonName(rc)), " ", "_")
 }
 
 func linkStatuses(serials []*listeners.Serial) []metrics.LinkStatus {

@@ -35,7 +35,10 @@ func TestMetricsAndHealth(t *testing.T) {
 		Gateway: gw.Stats,
 		Bridges: func() []BridgeStatus {
 			return []BridgeStatus{{Name: "cloud", Connected: true, WatchdogTrips: 1, LastError: `EOF "x"`,
-				Spool: SpoolStatus{Messages: 3, Quarantined: 2}}}
+				Spool:           SpoolStatus{Messages: 3, Quarantined: 2},
+				UpstreamDropped: map[string]int64{"not_authorized": 4, "packet_too_large": 0}, UpstreamRetried: 5,
+				Budget: &BudgetStatus{Used: 1000, Limit: 5000, PeriodEnd: time.Unix(1800000000, 0), Rate: 200, RateWaited: 1500 * time.Millisecond},
+			}, {Name: "plain"}}
 		},
 		Links: func() []LinkStatus {
 			return []LinkStatus{{Name: "uart0", State: "waiting", BadFrames: map[string]int64{"crc": 2}}}
@@ -78,6 +81,15 @@ func TestMetricsAndHealth(t *testing.T) {
 		`edgegw_bridge_watchdog_trips_total{bridge="cloud"} 1`,
 		`edgegw_bridge_spool_quarantined_total{bridge="cloud"} 2`,
 		`edgegw_bridge_last_error_info{bridge="cloud",error="EOF \"x\""} 1`,
+		`edgegw_bridge_upstream_dropped_total{bridge="cloud",reason="not_authorized"} 4`,
+		`edgegw_bridge_upstream_dropped_total{bridge="cloud",reason="packet_too_large"} 0`,
+		`edgegw_bridge_upstream_retried_total{bridge="cloud"} 5`,
+		`edgegw_bridge_budget_used_bytes{bridge="cloud"} 1000`,
+		`edgegw_bridge_budget_limit_bytes{bridge="cloud"} 5000`,
+		`edgegw_bridge_budget_period_end_seconds{bridge="cloud"} 1.8e+09`,
+		`edgegw_bridge_rate_limit_bytes_per_second{bridge="cloud"} 200`,
+		`edgegw_bridge_rate_limit_wait_seconds_total{bridge="cloud"} 1.5`,
+		`edgegw_bridge_upstream_retried_total{bridge="plain"} 0`,
 		`edgegw_serial_link_state{listener="uart0",state="waiting"} 1`,
 		`edgegw_serial_frame_errors_total{kind="crc",listener="uart0"} 2`,
 		"go_goroutines",
@@ -85,6 +97,10 @@ func TestMetricsAndHealth(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// A bridge without rate_limit or budget has no budget series.
+	if strings.Contains(body, `edgegw_bridge_budget_used_bytes{bridge="plain"}`) || strings.Contains(body, `rate_limit_bytes_per_second{bridge="plain"}`) {
+		t.Errorf("budget series for a bridge without a budget")
 	}
 	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
 		t.Fatalf("/healthz = %d %q", code, body)
@@ -113,8 +129,33 @@ func TestBridgeSys(t *testing.T) {
 			t.Errorf("%s = %q, want %q", topic, got[topic], want)
 		}
 	}
-	if len(got) != len(bridgeTable) { // all but up, plus last_error
-		t.Errorf("%d $SYS topics for %d series", len(got), len(bridgeTable))
+	always := 0
+	for _, s := range bridgeTable {
+		if s.only == nil {
+			always++
+		}
+	}
+	if len(got) != always { // all but up and those a bridge without budget lacks, plus last_error
+		t.Errorf("%d $SYS topics for %d series", len(got), always)
+	}
+
+	b.Budget = &BudgetStatus{Used: 7, Limit: 9, PeriodEnd: time.Unix(1800000000, 0), Rate: 3, RateWaited: 250 * time.Millisecond}
+	b.UpstreamDropped = map[string]int64{"qos_not_supported": 2}
+	got = make(map[string]string)
+	for _, v := range BridgeSys(b) {
+		got[v.Topic] = v.Value
+	}
+	for topic, want := range map[string]string{
+		"$SYS/bridge/cloud/budget/used": "7", "$SYS/bridge/cloud/budget/limit": "9",
+		"$SYS/bridge/cloud/budget/period_end": "1800000000", "$SYS/bridge/cloud/rate_limit/bytes_per_second": "3",
+		"$SYS/bridge/cloud/rate_limit/wait_seconds": "0.25", "$SYS/bridge/cloud/upstream/dropped/qos_not_supported": "2",
+	} {
+		if got[topic] != want {
+			t.Errorf("%s = %q, want %q", topic, got[topic], want)
+		}
+	}
+	if len(got) != len(bridgeTable)+1 {
+		t.Errorf("%d $SYS topics for %d series and one drop reason", len(got), len(bridgeTable))
 	}
 }
 
