@@ -792,22 +792,52 @@ func (b *Bridge) windowLimits() (maxCount int, auto bool) {
 
 // serve runs a connected session until it is lost or ctx ends.
 func (b *Bridge) serve(ctx context.Context, s *session) {
+	b.serveUplink(ctx, uplinkOps{
+		s: s, quota: b.cfg.MaxInflightQoS2, quotaQoS: sameQoS,
+		loops: func(win *sendWindow, maxCount int) (send, ack func(context.Context)) {
+			pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
+			return func(ctx context.Context) { s.send(ctx, win, pending) }, func(ctx context.Context) { s.ack(ctx, win, pending) }
+		},
+		drain: s.drain,
+		bye:   func() { s.client.Disconnect(250) },
+		close: s.slot.close,
+	})
+}
+
+// uplinkOps is what serveUplink needs of one upstream connection, over
+// MQTT 3.1.1 (serve) or MQTT 5 (serve5).
+type uplinkOps struct {
+	s        *session
+	quota    int             // the QoS 2 window: max_inflight_qos2, or the broker's Receive Maximum
+	quotaQoS func(byte) byte // the QoS under which a publish takes room in the window
+	// loops returns the sender and the acker of the connection.
+	loops func(win *sendWindow, maxCount int) (send, ack func(context.Context))
+	drain func() // on a stop: wait (bounded) for the publishes in flight
+	bye   func() // on a stop: a polite DISCONNECT
+	close func() // close the socket; return once the client let go of it
+}
+
+// serveUplink runs a connected upstream connection until it is lost or
+// ctx ends: its send window and picker, its sender and acker, and on the
+// way out the stop's drain and the state change.
+func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
+	s := u.s
 	b.lastRead.Store(time.Now().UnixNano())
 	b.connects.Add(1)
 	b.setState(Connected, s.addr.Redacted(), nil)
 
 	sctx, cancel := context.WithCancel(ctx)
 	maxCount, auto := b.windowLimits()
-	win := newSendWindow(maxCount, b.cfg.MaxInflightQoS2, auto, time.Now())
+	win := newSendWindow(maxCount, u.quota, auto, time.Now())
 	b.win.Store(win)
-	pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
-	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, sameQoS)
+	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, u.quotaQoS) // lanes.go
 	s.pick.budget = b.budget
+	send, ack := u.loops(win, maxCount)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
-	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, win, pending) }()
-	go func() { defer wg.Done(); s.ack(sctx, win, pending) }()
+	go func() { defer wg.Done(); defer close(senderDone); send(sctx) }()
+	go func() { defer wg.Done(); ack(sctx) }()
 
 	var why error
 	select {
@@ -815,16 +845,16 @@ func (b *Bridge) serve(ctx context.Context, s *session) {
 	case <-ctx.Done():
 		why = errors.New("stopped")
 		<-senderDone // it stops with ctx; nothing new is sent
-		s.drain()
+		u.drain()
 	}
 	if c := s.getCause(); c != nil {
 		why = c
 	}
 	cancel()
 	if ctx.Err() != nil {
-		s.client.Disconnect(250) // polite DISCONNECT; the socket is closed below anyway
+		u.bye() // the socket is closed below anyway
 	}
-	s.slot.close()
+	u.close()
 	wg.Wait()
 	b.inflight.Store(0)
 	b.win.Store(nil)

@@ -35,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -127,44 +126,16 @@ func quotaQoS(qos byte) byte {
 
 // serve5 runs a connected MQTT 5 session until it is lost or ctx ends.
 func (b *Bridge) serve5(ctx context.Context, s *uplink5) {
-	b.lastRead.Store(time.Now().UnixNano())
-	b.connects.Add(1)
-	b.setState(Connected, s.addr.Redacted(), nil)
-
-	sctx, cancel := context.WithCancel(ctx)
-	maxCount, auto := b.windowLimits()
-	win := newSendWindow(maxCount, min(s.recvMax, maxCount), auto, time.Now())
-	b.win.Store(win)
-	pending := make(chan inflight5, maxCount)
-	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, quotaQoS) // lanes.go, as over 3.1.1
-	s.pick.budget = b.budget
-	var wg sync.WaitGroup
-	wg.Add(2)
-	senderDone := make(chan struct{})
-	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, win, pending) }()
-	go func() { defer wg.Done(); s.ack(sctx, win, pending) }()
-
-	var why error
-	select {
-	case why = <-s.lost:
-	case <-ctx.Done():
-		why = errors.New("stopped")
-		<-senderDone
-		s.drain()
-	}
-	if c := s.getCause(); c != nil {
-		why = c
-	}
-	cancel()
-	if ctx.Err() != nil {
-		_ = s.c.Disconnect(&paho.Disconnect{ReasonCode: 0}) // polite; the socket is closed below anyway
-	}
-	s.waitLost5()
-	wg.Wait()
-	b.inflight.Store(0)
-	b.win.Store(nil)
-	b.disconnects.Add(1)
-	b.setState(Disconnected, "", why)
+	b.serveUplink(ctx, uplinkOps{
+		s: s.session, quota: s.recvMax, quotaQoS: quotaQoS,
+		loops: func(win *sendWindow, maxCount int) (send, ack func(context.Context)) {
+			pending := make(chan inflight5, maxCount)
+			return func(ctx context.Context) { s.send(ctx, win, pending) }, func(ctx context.Context) { s.ack(ctx, win, pending) }
+		},
+		drain: s.drain,
+		bye:   func() { _ = s.c.Disconnect(&paho.Disconnect{ReasonCode: 0}) },
+		close: s.waitLost5,
+	})
 }
 
 // drain waits, on a stop, for the flows in flight to end (bounded), as
