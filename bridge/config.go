@@ -168,14 +168,6 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate checks c (after defaults) and reports every problem together,
-// each naming its key, so check-config can print them all.
-func (c Config) Validate() error {
-	c.setDefaults()
-	_, err := c.compile()
-	return err
-}
-
 // compiled is a validated Config in the form the bridge uses.
 type compiled struct {
 	addrs    []*url.URL

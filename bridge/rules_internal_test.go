@@ -55,10 +55,18 @@ func TestRuleMapping(t *testing.T) {
 	}
 }
 
+// validate is what New does with a Config before it starts: defaults, then
+// compile, which reports every problem together, each naming its key.
+func validate(c Config) error {
+	c.setDefaults()
+	_, err := c.compile()
+	return err
+}
+
 func TestValidate(t *testing.T) {
 	good := Config{Name: "b", Addresses: []string{"tls://h", "ws://h:8080/mqtt"}, ClientID: "c",
 		Topics: []Rule{{Pattern: "a/#", Direction: Out, QoS: 1}}}
-	if err := good.Validate(); err != nil {
+	if err := validate(good); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
 	cases := []struct {
@@ -86,7 +94,7 @@ func TestValidate(t *testing.T) {
 			c := good
 			c.Topics = append([]Rule(nil), good.Topics...)
 			tc.edit(&c)
-			err := c.Validate()
+			err := validate(c)
 			if err == nil {
 				t.Fatal("no error")
 			}
