@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -28,43 +27,12 @@ type TCP struct {
 	UseCNAsUsername bool
 	Log             *slog.Logger
 
-	mu sync.Mutex
-	ln net.Listener
+	socket // the bound socket: Close, Addr
 }
 
 // Listen binds the address. It is separate from Serve so the caller can
 // report readiness (systemd) only after every listener is bound.
-func (l *TCP) Listen() error {
-	ln, err := net.Listen("tcp", l.Address)
-	if err != nil {
-		return fmt.Errorf("listener %s: %w", l.Name, err)
-	}
-	l.mu.Lock()
-	l.ln = ln
-	l.mu.Unlock()
-	return nil
-}
-
-// Close unbinds a listener that Listen bound but Serve never ran (a start
-// that failed half-way); Serve closes its own listener when ctx ends.
-func (l *TCP) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln == nil {
-		return nil
-	}
-	return l.ln.Close()
-}
-
-// Addr returns the bound address (useful with port 0).
-func (l *TCP) Addr() net.Addr {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln == nil {
-		return nil
-	}
-	return l.ln.Addr()
-}
+func (l *TCP) Listen() error { return l.listen(l.Name, l.Address) }
 
 // Serve accepts connections until ctx is cancelled, running establish for
 // each on its own goroutine. It returns after every connection goroutine

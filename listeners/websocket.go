@@ -63,43 +63,12 @@ type WebSocket struct {
 	WriteTimeout time.Duration
 	Log          *slog.Logger
 
-	mu sync.Mutex
-	ln net.Listener
+	socket // the bound socket: Close, Addr
 }
 
 // Listen binds the address. It is separate from Serve so the caller can
 // report readiness (systemd) only after every listener is bound.
-func (l *WebSocket) Listen() error {
-	ln, err := net.Listen("tcp", l.Address)
-	if err != nil {
-		return fmt.Errorf("listener %s: %w", l.Name, err)
-	}
-	l.mu.Lock()
-	l.ln = ln
-	l.mu.Unlock()
-	return nil
-}
-
-// Close unbinds a listener that Listen bound but Serve never ran (a start
-// that failed half-way); Serve closes its own listener when ctx ends.
-func (l *WebSocket) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln == nil {
-		return nil
-	}
-	return l.ln.Close()
-}
-
-// Addr returns the bound address (useful with port 0).
-func (l *WebSocket) Addr() net.Addr {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln == nil {
-		return nil
-	}
-	return l.ln.Addr()
-}
+func (l *WebSocket) Listen() error { return l.listen(l.Name, l.Address) }
 
 func (l *WebSocket) path() string {
 	if l.Path == "" {
