@@ -3,7 +3,6 @@ package listeners_test
 import (
 	"context"
 	"crypto/tls"
-	"go/build"
 	"log/slog"
 	"net"
 	"os"
@@ -21,21 +20,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// TestNoGatewayImport keeps the dependency pointing one way: the gateway
-// is wired in by the caller through EstablishFunc.
-func TestNoGatewayImport(t *testing.T) {
-	pkg, err := build.ImportDir(".", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, imp := range pkg.Imports {
-		// Devices (serial framing and links) are transports; the gateway is not.
-		if strings.HasPrefix(imp, "github.com/edgegw/edgegw/") && !strings.HasPrefix(imp, "github.com/edgegw/edgegw/devices/") {
-			t.Errorf("listeners imports %s; it must only hand connections to an EstablishFunc", imp)
-		}
-	}
 }
 
 func testLogger() *slog.Logger {

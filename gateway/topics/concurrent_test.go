@@ -1,8 +1,6 @@
 package topics
 
 import (
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -140,25 +138,5 @@ func TestRetainedConcurrent(t *testing.T) {
 	r.Delete("sensors/fixed/temp")
 	if r.nodeCount() != 0 {
 		t.Fatalf("nodes = %d, want 0", r.nodeCount())
-	}
-}
-
-// TestDeps: the topic tree is a leaf and imports only the standard library.
-func TestDeps(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found")
-	}
-	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if p != "github.com/edgegw/edgegw/gateway/topics" {
-			t.Errorf("non-standard dependency %s", p)
-		}
 	}
 }
