@@ -1,0 +1,57 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/config"
+)
+
+// TestDefaultsAgree: internal/config writes the defaults operators read
+// (check-config, docs/config.md); gateway and bridge fill in their own for
+// fields left zero. Mapped through the same functions run uses, every field
+// both sides give a default must agree, and a field the config leaves zero
+// must not be given something else by the library (the config's 0 would not
+// mean what it says). Fields the config does not map at all are listed.
+func TestDefaultsAgree(t *testing.T) {
+	def := config.Default()
+	agree(t, "gateway.Options", gatewayOptions(def), gateway.DefaultOptions(), map[string]string{
+		"ReceiveMaximum":    "follows max_inflight (no key of its own)",
+		"TopicAliasMaximum": "no key",
+		"SysInterval":       "no key",
+	})
+	agree(t, "bridge.Config", bridgeConfig(config.DefaultBridge(), def.Persistence), bridge.DefaultConfig(), nil)
+}
+
+// agree compares fromConfig (the config's defaults, mapped) with lib (the
+// library's zero value with its defaults applied), field by field.
+func agree(t *testing.T, what string, fromConfig, lib any, unmapped map[string]string) {
+	t.Helper()
+	c, l := reflect.ValueOf(fromConfig), reflect.ValueOf(lib)
+	for i := range c.NumField() {
+		f := c.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		cv, lv := c.Field(i), l.Field(i)
+		switch {
+		case cv.IsZero() && lv.IsZero():
+		case cv.IsZero():
+			if _, ok := unmapped[f.Name]; !ok {
+				t.Errorf("%s.%s: the config's default is the zero value, the library's is %v", what, f.Name, lv.Interface())
+			}
+		case lv.IsZero():
+			// The library has no default (zero is a value, e.g. false);
+			// the config chooses.
+		case !reflect.DeepEqual(cv.Interface(), lv.Interface()):
+			t.Errorf("%s.%s: the config's default %v, the library's %v", what, f.Name, cv.Interface(), lv.Interface())
+		}
+	}
+	for name := range unmapped {
+		if _, ok := c.Type().FieldByName(name); !ok {
+			t.Errorf("%s has no field %s any more: drop it from the list", what, name)
+		}
+	}
+}
