@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // pahoClient connects a paho MQTT 3.1.1 client with the given keepalive and
@@ -60,7 +61,7 @@ func TestPipelinedPublisherThroughput(t *testing.T) {
 	if limit := float64(n) / 10; windows > limit {
 		t.Fatalf("%d PUBACKs took %.0f commit windows, want < %.0f (one message per window is %d)", n, windows, limit, n)
 	}
-	eventually(t, 30*time.Second, "all messages upstream", func() bool {
+	testutil.Eventually(t, 30*time.Second, "all messages upstream", func() bool {
 		return countDistinct(upSub.all(), "site-a/sensors/burst") == n
 	})
 	dups := inOrder(t, upSub.all(), "site-a/sensors/burst", "m", n)
@@ -113,7 +114,7 @@ func TestPingAnsweredWhilePublishesPending(t *testing.T) {
 		t.Fatal("client disconnected")
 	}
 	t.Logf("%d PUBACKs after %s (one group commit of %s); connection kept", n, elapsed, interval)
-	eventually(t, 30*time.Second, "all messages upstream", func() bool {
+	testutil.Eventually(t, 30*time.Second, "all messages upstream", func() bool {
 		return countDistinct(upSub.all(), "site-a/sensors/burst") == n
 	})
 	inOrder(t, upSub.all(), "site-a/sensors/burst", "m", n)
@@ -152,7 +153,7 @@ func TestQoS0PublisherNotHeldToCommitWindow(t *testing.T) {
 	if limit := float64(n) / 10; windows > limit {
 		t.Errorf("%d QoS 0 messages took %.0f commit windows, want < %.0f (one message per window is %d)", n, windows, limit, n)
 	}
-	eventually(t, 30*time.Second, "all messages upstream", func() bool {
+	testutil.Eventually(t, 30*time.Second, "all messages upstream", func() bool {
 		return upSub.len() >= n+1 && countDistinct(upSub.all(), "site-a/sensors/q0") == n+1
 	})
 	inOrder(t, upSub.all(), "site-a/sensors/q0", "m", n+1)

@@ -13,6 +13,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // testConfig is a bridge to addrs with fast timers for tests.
@@ -82,7 +83,7 @@ func (r *running) stop(t testing.TB) {
 
 func (r *running) waitState(t testing.TB, s bridge.State) {
 	t.Helper()
-	eventually(t, 15*time.Second, "bridge "+s.String(), func() bool { return r.Stats().State == s })
+	testutil.Eventually(t, 15*time.Second, "bridge "+s.String(), func() bool { return r.Stats().State == s })
 }
 
 func TestOutInBoth(t *testing.T) {
@@ -112,17 +113,17 @@ func TestOutInBoth(t *testing.T) {
 	publish(t, lc, "both/fromlocal", 1, "L")
 	publish(t, uc, "site-a/both/fromcloud", 1, "C")
 
-	eventually(t, 10*time.Second, "out messages upstream", func() bool {
+	testutil.Eventually(t, 10*time.Second, "out messages upstream", func() bool {
 		return upSub.has("site-a/sensors/t1", "21.5") && upSub.has("site-a/q2/a", "exactly") &&
 			upSub.has("site-a/q0/a", "capped") && upSub.has("site-a/both/fromlocal", "L")
 	})
-	eventually(t, 10*time.Second, "in messages locally", func() bool {
+	testutil.Eventually(t, 10*time.Second, "in messages locally", func() bool {
 		return localSub.has("cmd/x", "reboot") && localSub.has("both/fromcloud", "C")
 	})
 	// Sentinels through both ways: anything echoed would arrive before them.
 	publish(t, lc, "both/sentinel-l", 1, "end")
 	publish(t, uc, "site-a/both/sentinel-c", 1, "end")
-	eventually(t, 10*time.Second, "sentinels", func() bool {
+	testutil.Eventually(t, 10*time.Second, "sentinels", func() bool {
 		return upSub.has("site-a/both/sentinel-l", "end") && localSub.has("both/sentinel-c", "end") &&
 			upSub.has("site-a/both/sentinel-c", "end") && localSub.has("both/sentinel-l", "end")
 	})
@@ -168,7 +169,7 @@ func TestOutageBacklog(t *testing.T) {
 	b := runBridge(t, cfg, gw.srv)
 	b.waitState(t, bridge.Connected)
 
-	up.stop()
+	up.Kill()
 	b.waitState(t, bridge.Disconnected)
 	lc := client(t, gw.addr, "local-pub")
 	publishMany(t, lc, "sensors/t1", n, "m") // every one acked locally: in the spool
@@ -177,13 +178,13 @@ func TestOutageBacklog(t *testing.T) {
 	}
 
 	px.setRefuse(true)
-	up.start()
+	up.Start()
 	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
 	start := time.Now()
 	px.setRefuse(false)
 	b.waitState(t, bridge.Connected)
 	connected := time.Now()
-	eventually(t, 60*time.Second, "backlog upstream", func() bool {
+	testutil.Eventually(t, 60*time.Second, "backlog upstream", func() bool {
 		return upSub.len() >= n && countDistinct(upSub.all(), "site-a/sensors/t1") == n
 	})
 	drain, elapsed := time.Since(connected), time.Since(start)
@@ -195,7 +196,7 @@ func TestOutageBacklog(t *testing.T) {
 	if st.SpoolDropped != 0 {
 		t.Errorf("spool dropped %d", st.SpoolDropped)
 	}
-	eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 
 	var seq []string
 	for _, m := range states.all() {
@@ -298,11 +299,11 @@ func TestHalfOpenUplink(t *testing.T) {
 
 			publishMany(t, lc, "sensors/t1", 20, "a")
 			publishMany(t, plain, "plain/t1", 20, "a")
-			eventually(t, 10*time.Second, "first batch", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 20 })
+			testutil.Eventually(t, 10*time.Second, "first batch", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 20 })
 			// ... and acked to the bridge: a PUBACK still on its way when the
 			// proxy freezes counts as "read from upstream" after the next
 			// publishes were sent and postpones the watchdog by a period.
-			eventually(t, 10*time.Second, "first batch acked", func() bool { return b.Stats().SpoolMessages == 0 })
+			testutil.Eventually(t, 10*time.Second, "first batch acked", func() bool { return b.Stats().SpoolMessages == 0 })
 
 			px.freeze()
 			pxPlain.freeze()
@@ -348,7 +349,7 @@ func TestHalfOpenUplink(t *testing.T) {
 			px.unfreeze()
 			pxPlain.unfreeze()
 			b.waitState(t, bridge.Connected)
-			eventually(t, 20*time.Second, "everything after unfreeze", func() bool {
+			testutil.Eventually(t, 20*time.Second, "everything after unfreeze", func() bool {
 				all := upSub.all()
 				return countDistinct(all, "site-a/sensors/t1") == 20+tc.small && countDistinct(all, "site-a/sensors/big") == tc.big
 			})
@@ -359,7 +360,7 @@ func TestHalfOpenUplink(t *testing.T) {
 				}
 			}
 			inOrder(t, rest, "site-a/sensors/t1", "b", tc.small)
-			eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+			testutil.Eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 		})
 	}
 }
@@ -394,7 +395,7 @@ func TestBoundedInflight(t *testing.T) {
 	}()
 	lc := client(t, gw.addr, "local-pub")
 	publishMany(t, lc, "sensors/t1", n, "m")
-	eventually(t, 30*time.Second, "all upstream", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == n })
+	testutil.Eventually(t, 30*time.Second, "all upstream", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == n })
 	close(stop)
 	wg.Wait()
 	inOrder(t, upSub.all(), "site-a/sensors/t1", "m", n)
@@ -414,7 +415,7 @@ func TestRestartDurability(t *testing.T) {
 	cfg := testConfig(t, "b1", "tcp://127.0.0.1:"+strconv.Itoa(freePort(t))) // nobody listens
 	cfg.SpoolDir = dir
 	b1 := runBridge(t, cfg, gw.srv)
-	eventually(t, 10*time.Second, "a failed connect", func() bool { return b1.Stats().ConnectFailures > 0 })
+	testutil.Eventually(t, 10*time.Second, "a failed connect", func() bool { return b1.Stats().ConnectFailures > 0 })
 	lc := client(t, gw.addr, "local-pub")
 	publishMany(t, lc, "sensors/t1", 50, "m")
 	b1.stop(t)
@@ -422,7 +423,7 @@ func TestRestartDurability(t *testing.T) {
 	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
 	cfg.Addresses = []string{"tcp://127.0.0.1:" + strconv.Itoa(freePort(t)), up.url()} // failover to the second
 	b2 := runBridge(t, cfg, gw.srv)
-	eventually(t, 20*time.Second, "messages from the old spool", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 50 })
+	testutil.Eventually(t, 20*time.Second, "messages from the old spool", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 50 })
 	inOrder(t, upSub.all(), "site-a/sensors/t1", "m", 50)
 	if st := b2.Stats(); st.Address != up.url() {
 		t.Errorf("connected to %q, want failover to %q", st.Address, up.url())
@@ -448,17 +449,17 @@ func TestReconnectChurn(t *testing.T) {
 		t.Helper()
 		publishMany(t, lc, "sensors/t1", per, "r"+strconv.Itoa(i)+"-")
 		px.reset()
-		eventually(t, 10*time.Second, "reconnect", func() bool {
+		testutil.Eventually(t, 10*time.Second, "reconnect", func() bool {
 			st := b.Stats()
 			return st.Connects == uint64(i+2) && st.State == bridge.Connected
 		})
 	}
 	settled := func(total int) {
 		t.Helper()
-		eventually(t, 20*time.Second, "all messages", func() bool {
+		testutil.Eventually(t, 20*time.Second, "all messages", func() bool {
 			return upSub.len() >= total && countDistinct(upSub.all(), "site-a/sensors/t1") == total
 		})
-		eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+		testutil.Eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	}
 	// A first round warms up whatever is allocated or started lazily, so
 	// that the baseline is the steady state.

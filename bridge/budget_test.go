@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestPeriodBudgetHeld: a bridge with a period budget of 20,000 bytes is
@@ -42,9 +43,9 @@ func testPeriodBudget(t *testing.T, proto string) {
 	for i := range n {
 		publish(t, lc, "bulk/t", 1, strconv.Itoa(i)+payload)
 	}
-	eventually(t, 10*time.Second, "the budget used", func() bool { return b.Stats().BudgetUsed >= budget })
+	testutil.Eventually(t, 10*time.Second, "the budget used", func() bool { return b.Stats().BudgetUsed >= budget })
 	publish(t, lc, "alarms/a", 1, "alarm1")
-	eventually(t, 10*time.Second, "the alarm upstream", func() bool { return upSub.has("site/alarms/a", "alarm1") })
+	testutil.Eventually(t, 10*time.Second, "the alarm upstream", func() bool { return upSub.has("site/alarms/a", "alarm1") })
 	st := b.Stats()
 	bulkUp := upSub.count("site/bulk/t")
 	const oneMessage = 200
@@ -69,7 +70,7 @@ func testPeriodBudget(t *testing.T, proto string) {
 	b2 := runBridge(t, cfg, gw.srv)
 	b2.waitState(t, bridge.Connected)
 	publish(t, lc, "alarms/a", 1, "alarm2")
-	eventually(t, 10*time.Second, "the alarm after the restart", func() bool { return upSub.has("site/alarms/a", "alarm2") })
+	testutil.Eventually(t, 10*time.Second, "the alarm after the restart", func() bool { return upSub.has("site/alarms/a", "alarm2") })
 	if after := upSub.count("site/bulk/t"); after != bulkUp {
 		t.Errorf("%d more bulk readings went after a restart in a used-up period", after-bulkUp)
 	}
@@ -102,7 +103,7 @@ func testRateLimit(t *testing.T, proto string) {
 	lc := client(t, gw.addr, "local-pub")
 	start := time.Now()
 	publishBacklog(t, lc, "bulk/t", 1, strings.Repeat("x", 80)+"-", n)
-	eventually(t, 30*time.Second, "everything upstream", func() bool { return countDistinct(upSub.all(), "site/bulk/t") == n })
+	testutil.Eventually(t, 30*time.Second, "everything upstream", func() bool { return countDistinct(upSub.all(), "site/bulk/t") == n })
 	elapsed := time.Since(start)
 	st := b.Stats()
 	used := st.BudgetUsed

@@ -15,6 +15,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // arrival is a message received upstream and when.
@@ -144,7 +145,7 @@ func testDrain(t *testing.T, tc drainCase) {
 	// was lost and one twice was sent twice (by the bridge).
 	upSub := subProcess(t, up.addr(), "site-a/#")
 	upc := client(t, up.addr(), "up-ready")
-	eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
+	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
 		publish(t, upc, "site-a/ready", 0, "r")
 		return upSub.len() > 0
 	})
@@ -161,7 +162,7 @@ func testDrain(t *testing.T, tc drainCase) {
 			t.Fatalf("local publish %d: %v", i, tok.Error())
 		}
 	}
-	eventually(t, 10*time.Second, "the backlog in the spool", func() bool { return b.Stats().SpoolMessages == int64(tc.n) })
+	testutil.Eventually(t, 10*time.Second, "the backlog in the spool", func() bool { return b.Stats().SpoolMessages == int64(tc.n) })
 
 	// The live sensor: 20 msg/s, at the QoS of the first backlog message,
 	// its send time in the payload.
@@ -219,7 +220,7 @@ func testDrain(t *testing.T, tc drainCase) {
 	}
 	close(stopLive)
 	wg.Wait()
-	eventually(t, 30*time.Second, "every live message", func() bool {
+	testutil.Eventually(t, 30*time.Second, "every live message", func() bool {
 		return countDistinct(rxOf(upSub.all()), "site-a/sensors/live") == liveSent
 	})
 

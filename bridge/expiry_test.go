@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestStaleNeverSent: messages spooled during an outage whose rule's
@@ -30,7 +31,7 @@ func TestStaleNeverSent(t *testing.T) {
 
 	// While the uplink is up a max_age message goes at once.
 	publish(t, lc, "stale/live", 1, "live")
-	eventually(t, 10*time.Second, "the live max_age message upstream", func() bool { return upSub.has("site/stale/live", "live") })
+	testutil.Eventually(t, 10*time.Second, "the live max_age message upstream", func() bool { return upSub.has("site/stale/live", "live") })
 
 	px.setRefuse(true)
 	px.reset()
@@ -49,11 +50,11 @@ func TestStaleNeverSent(t *testing.T) {
 		}
 	}
 	expired := time.Now().Add(1100 * time.Millisecond) // every expiry above has passed by then
-	eventually(t, 5*time.Second, "the expiries passed", func() bool { return time.Now().After(expired) })
+	testutil.Eventually(t, 5*time.Second, "the expiries passed", func() bool { return time.Now().After(expired) })
 	px.setRefuse(false)
 	b.waitState(t, bridge.Connected)
 	publish(t, lc, "fresh/end", 1, "end")
-	eventually(t, 10*time.Second, "the end marker upstream", func() bool { return upSub.has("site/fresh/end", "end") })
+	testutil.Eventually(t, 10*time.Second, "the end marker upstream", func() bool { return upSub.has("site/fresh/end", "end") })
 
 	if n := upSub.count("site/fresh/t"); n != 5 {
 		t.Errorf("%d of 5 fresh messages upstream", n)
@@ -62,7 +63,7 @@ func TestStaleNeverSent(t *testing.T) {
 		t.Errorf("%d expired messages reached the cloud", n)
 	}
 	var l bridge.Ledger
-	eventually(t, 5*time.Second, "the spool empty", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the spool empty", func() bool {
 		l, _ = b.Ledger()
 		return l.InFlight+l.Queued == 0
 	})

@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestSpoolCannotOpen: a bridge whose spool directory is a file is Failed,
@@ -42,7 +43,7 @@ func TestSpoolCannotOpen(t *testing.T) {
 		t.Fatalf("state %v (%q); want failed with the cause", st.State, st.LastError)
 	}
 	states := subscribe(t, gw.addr, "state-sub", "$SYS/bridge/b1/state", 1)
-	eventually(t, 5*time.Second, "retained state failed", func() bool { return states.has("$SYS/bridge/b1/state", "failed") })
+	testutil.Eventually(t, 5*time.Second, "retained state failed", func() bool { return states.has("$SYS/bridge/b1/state", "failed") })
 
 	// A local QoS 1 message for the failed bridge is not acknowledged: a
 	// 3.1.1 publisher is disconnected without its PUBACK, reconnects and
@@ -58,7 +59,7 @@ func TestSpoolCannotOpen(t *testing.T) {
 	// (paho's token is no witness here: its resume completes the token
 	// with no error on the first reconnect, PUBACK or not.)
 	lc.Publish("sensors/t1", 1, false, "retried")
-	eventually(t, 10*time.Second, "the message refused twice (sent again after a reconnect)", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the message refused twice (sent again after a reconnect)", func() bool {
 		return b.Stats().AcceptFailed >= 2 && lost.Load() >= 2
 	})
 
@@ -68,6 +69,6 @@ func TestSpoolCannotOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitState(t, bridge.Connected)
-	eventually(t, 10*time.Second, "delivered after the spool opened", func() bool { return upSub.has("site-a/sensors/t1", "retried") })
+	testutil.Eventually(t, 10*time.Second, "delivered after the spool opened", func() bool { return upSub.has("site-a/sensors/t1", "retried") })
 	t.Logf("refused %d times (%d disconnects) before the spool opened", b.Stats().AcceptFailed, lost.Load())
 }

@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // ratePublisher is a local paho client publishing as fast as it can: QoS 1
@@ -185,10 +186,10 @@ func testQoS2AcrossOutage(t *testing.T, clean bool, outages int) {
 		px.unfreeze()
 		b.waitState(t, bridge.Connected)
 	}
-	eventually(t, 30*time.Second, "all QoS 2 messages upstream", func() bool {
+	testutil.Eventually(t, 30*time.Second, "all QoS 2 messages upstream", func() bool {
 		return upSub.len() >= n && countDistinct(upSub.all(), "site-a/q2/t") == n
 	})
-	eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 5*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	all := upSub.all()
 	dups := inOrder(t, all, "site-a/q2/t", "m", n)
 	for _, m := range all {
@@ -252,7 +253,7 @@ func TestQoS2LostAck(t *testing.T) {
 					t.Fatalf("local publish: %v", tok.Error())
 				}
 			}
-			eventually(t, 10*time.Second, "a full window of acks swallowed", func() bool {
+			testutil.Eventually(t, 10*time.Second, "a full window of acks swallowed", func() bool {
 				sw, _, _ := px.counts()
 				return sw >= cfg.MaxInflight
 			})
@@ -263,8 +264,8 @@ func TestQoS2LostAck(t *testing.T) {
 			for i := n / 2; i < n; i++ {
 				publish(t, lc, "q2/t", 2, "m"+strconv.Itoa(i))
 			}
-			eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
-			eventually(t, 10*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })
+			testutil.Eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+			testutil.Eventually(t, 10*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })
 			time.Sleep(200 * time.Millisecond) // a late duplicate would arrive now
 			all := upSub.all()
 			dups := inOrder(t, all, "q2/t", "m", n)
@@ -323,7 +324,7 @@ func testQoS2Restart(t *testing.T, crash bool) {
 	toks := make([]mqtt.Token, n)
 	for i := range toks {
 		if i == first {
-			eventually(t, 5*time.Second, "the first batch upstream", func() bool { return b1.Stats().Acked == first })
+			testutil.Eventually(t, 5*time.Second, "the first batch upstream", func() bool { return b1.Stats().Acked == first })
 			px.setAckDelay(200 * time.Millisecond)
 		}
 		toks[i] = lc.Publish("q2/t", 2, false, "m"+strconv.Itoa(i))
@@ -333,7 +334,7 @@ func testQoS2Restart(t *testing.T, crash bool) {
 			t.Fatalf("local publish: %v", tok.Error())
 		}
 	}
-	eventually(t, 5*time.Second, "a full window in flight", func() bool { return b1.Stats().InFlight == int64(cfg.MaxInflight) })
+	testutil.Eventually(t, 5*time.Second, "a full window in flight", func() bool { return b1.Stats().InFlight == int64(cfg.MaxInflight) })
 	if crash {
 		px.freeze() // the broker has the PUBLISHes; its PUBRECs never come back
 	}
@@ -346,8 +347,8 @@ func testQoS2Restart(t *testing.T, crash bool) {
 	px.setAckDelay(0)
 
 	b2 := runBridge(t, cfg, gw.srv)
-	eventually(t, 20*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })
-	eventually(t, 5*time.Second, "spool empty", func() bool { return b2.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 20*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })
+	testutil.Eventually(t, 5*time.Second, "spool empty", func() bool { return b2.Stats().SpoolMessages == 0 })
 	time.Sleep(300 * time.Millisecond) // a late duplicate would arrive now
 	all := upSub.all()
 	dups := inOrder(t, all, "q2/t", "m", n)

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/edgegw/edgegw/bridge"
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -43,18 +41,6 @@ func testLog() *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-}
-
-// eventually polls cond until it holds or d passes (never sleep to wait).
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // local is a gateway.Server with a TCP listener for local paho clients.
@@ -83,23 +69,11 @@ func startGateway(t testing.TB) *local {
 // mosquitto is Debian's broker as the cloud upstream, on a fixed free port
 // so that it can be killed and restarted at the same address.
 type mosquitto struct {
-	t     testing.TB
-	port  int   // the plain listener
-	ports []int // every listener: start waits for each
-	conf  string
-	cmd   *exec.Cmd
-	done  chan struct{}
+	*testutil.Mosquitto
+	port int // the plain listener
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t testing.TB) int { return testutil.FreePort(t) }
 
 func startMosquitto(t testing.TB) *mosquitto { return startMosquittoConf(t, "") }
 
@@ -109,19 +83,12 @@ func startMosquitto(t testing.TB) *mosquitto { return startMosquittoConf(t, "") 
 // is its default 20, max_queued_messages 1000, persistence off.
 func startMosquittoDefault(t testing.TB) *mosquitto {
 	t.Helper()
-	m := &mosquitto{t: t, port: freePort(t)}
-	m.ports = []int{m.port}
-	m.conf = filepath.Join(t.TempDir(), "mosquitto.conf")
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\n", m.port)
+	port := freePort(t)
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\n", port)
 	if os.Getenv("EDGEGW_TEST_DEBUG") == "" {
 		conf += "log_dest none\n" // where it logs, not how it behaves
 	}
-	if err := os.WriteFile(m.conf, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m.start()
-	t.Cleanup(m.stop)
-	return m
+	return &mosquitto{Mosquitto: testutil.StartMosquitto(t, conf, port), port: port}
 }
 
 // startMosquittoConf starts mosquitto with a plain listener and extra
@@ -129,58 +96,17 @@ func startMosquittoDefault(t testing.TB) *mosquitto {
 // waits for every port in extraPorts too.
 func startMosquittoConf(t testing.TB, extra string, extraPorts ...int) *mosquitto {
 	t.Helper()
-	if _, err := os.Stat("/usr/sbin/mosquitto"); err != nil {
-		t.Skip("mosquitto not installed (Debian package mosquitto)")
-	}
-	m := &mosquitto{t: t, port: freePort(t)}
-	m.ports = append([]int{m.port}, extraPorts...)
-	m.conf = filepath.Join(t.TempDir(), "mosquitto.conf")
+	port := freePort(t)
 	conf := "allow_anonymous true\npersistence false\nmax_queued_messages 100000\n"
 	if os.Getenv("EDGEGW_TEST_DEBUG") == "" {
 		conf += "log_dest none\n"
 	}
-	conf += fmt.Sprintf("listener %d 127.0.0.1\n", m.port) + extra
-	if err := os.WriteFile(m.conf, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m.start()
-	t.Cleanup(m.stop)
-	return m
+	conf += fmt.Sprintf("listener %d 127.0.0.1\n", port) + extra
+	return &mosquitto{Mosquitto: testutil.StartMosquitto(t, conf, append([]int{port}, extraPorts...)...), port: port}
 }
 
 func (m *mosquitto) addr() string { return "127.0.0.1:" + strconv.Itoa(m.port) }
 func (m *mosquitto) url() string  { return "tcp://" + m.addr() }
-
-func (m *mosquitto) start() {
-	m.t.Helper()
-	m.cmd = exec.Command("/usr/sbin/mosquitto", "-c", m.conf)
-	m.cmd.Stderr = os.Stderr
-	if err := m.cmd.Start(); err != nil {
-		m.t.Fatal(err)
-	}
-	m.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(m.cmd, m.done)
-	for _, port := range m.ports {
-		eventually(m.t, 10*time.Second, "mosquitto listening", func() bool {
-			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
-			if err != nil {
-				return false
-			}
-			c.Close()
-			return true
-		})
-	}
-}
-
-// stop kills mosquitto (SIGKILL: nothing is flushed, like a crash).
-func (m *mosquitto) stop() {
-	if m.cmd == nil {
-		return
-	}
-	m.cmd.Process.Kill()
-	<-m.done
-	m.cmd = nil
-}
 
 // rx is a message a collector received.
 type rx struct {

@@ -8,6 +8,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // publishBacklog publishes n messages prefix0..prefix(n-1) on topic at
@@ -71,11 +72,11 @@ func testHighFirst(t *testing.T, proto string, window int) {
 	end := outage(t, px, b)
 	publishBacklog(t, lc, "bulk/t", 1, "b", backlog)
 	end()
-	eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 100 })
+	testutil.Eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 100 })
 	before := upSub.len()
 	sent := time.Now()
 	publish(t, lc, "alarms/fire", 1, "fire")
-	eventually(t, 10*time.Second, "the alarm upstream", func() bool { return upSub.has("site/alarms/fire", "fire") })
+	testutil.Eventually(t, 10*time.Second, "the alarm upstream", func() bool { return upSub.has("site/alarms/fire", "fire") })
 	latency := time.Since(sent)
 	ahead := 0
 	for _, m := range upSub.all() {
@@ -84,7 +85,7 @@ func testHighFirst(t *testing.T, proto string, window int) {
 		}
 		ahead++
 	}
-	eventually(t, 30*time.Second, "the backlog upstream", func() bool { return countDistinct(upSub.all(), "site/bulk/t") == backlog })
+	testutil.Eventually(t, 30*time.Second, "the backlog upstream", func() bool { return countDistinct(upSub.all(), "site/bulk/t") == backlog })
 	t.Logf("HIGH-FIRST MQTT %s, backlog %d bulk, max_inflight %d (0: auto), ack delay 5ms: alarm published with %d bulk upstream, arrived after %d (latency %s)",
 		proto, backlog, cfg.MaxInflight, before, ahead, latency)
 	if p := b.Stats().Protocol; p != proto {
@@ -144,14 +145,14 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	end := outage(t, px, b)
 	publishBacklog(t, lc, "sensors/t", qos, "b", backlog)
 	end()
-	eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 50 })
+	testutil.Eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 50 })
 	if reset {
 		// Flows in flight are resumed under their packet ids. Live
 		// messages are those accepted during the new connection: wait
 		// for it, not for the old one's state.
 		connects := b.Stats().Connects
 		px.reset()
-		eventually(t, 15*time.Second, "the reconnect", func() bool {
+		testutil.Eventually(t, 15*time.Second, "the reconnect", func() bool {
 			st := b.Stats()
 			return st.Connects > connects && st.State == bridge.Connected
 		})
@@ -161,10 +162,10 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	for i := range live {
 		sent := time.Now()
 		publish(t, lc, "sensors/t", qos, "l"+strconv.Itoa(i))
-		eventually(t, 20*time.Second, "live message upstream", func() bool { return upSub.has("site/sensors/t", "l"+strconv.Itoa(i)) })
+		testutil.Eventually(t, 20*time.Second, "live message upstream", func() bool { return upSub.has("site/sensors/t", "l"+strconv.Itoa(i)) })
 		worst = max(worst, time.Since(sent))
 	}
-	eventually(t, 30*time.Second, "everything upstream", func() bool {
+	testutil.Eventually(t, 30*time.Second, "everything upstream", func() bool {
 		return countDistinct(upSub.all(), "site/sensors/t") == backlog+live
 	})
 	drained := time.Since(start)

@@ -18,6 +18,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // logCounter is a slog.Handler that keeps every record's level, message
@@ -116,7 +117,7 @@ func TestConnectFailureLogs(t *testing.T) {
 			cfg := testConfig(t, "cloud", tc.addr)
 			cfg.TLS = tc.tls
 			b := runLoggedBridge(t, cfg, startGateway(t).srv, h)
-			eventually(t, 10*time.Second, "5 failed attempts", func() bool { return b.Stats().ConnectFailures >= 5 })
+			testutil.Eventually(t, 10*time.Second, "5 failed attempts", func() bool { return b.Stats().ConnectFailures >= 5 })
 			b.stop(t)
 			n, lines := h.count(slog.LevelError, func(r logRec) bool {
 				return r.msg == "uplink connect failed" && strings.Contains(r.attrs["hint"], tc.hint)
@@ -138,11 +139,11 @@ func TestConnectFailureLogs(t *testing.T) {
 		plain := startMosquitto(t)
 		b := runLoggedBridge(t, testConfig(t, "cloud", plain.url()), startGateway(t).srv, h)
 		b.waitState(t, bridge.Connected)
-		plain.stop()
-		eventually(t, 10*time.Second, "10 failed attempts", func() bool { return b.Stats().ConnectFailures >= 10 })
-		plain.start()
+		plain.Kill()
+		testutil.Eventually(t, 10*time.Second, "10 failed attempts", func() bool { return b.Stats().ConnectFailures >= 10 })
+		plain.Start()
 		b.waitState(t, bridge.Connected)
-		eventually(t, 5*time.Second, "the healed line", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the healed line", func() bool {
 			n, _ := h.count(slog.LevelInfo, func(r logRec) bool { return r.msg == "uplink connected" })
 			return n == 2
 		})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestNoAckWithoutWireAck is the proof issue 12 asks for: a spool record
@@ -51,14 +52,14 @@ func TestNoAckWithoutWireAck(t *testing.T) {
 					return c >= conns && distinct == n && st.Acked == uint64(n-len(tc.rule))
 				}
 			}
-			eventually(t, 10*time.Second, "every answered message acked", settled(1))
+			testutil.Eventually(t, 10*time.Second, "every answered message acked", settled(1))
 			for range 2 {
 				var conns int
 				before := b.Stats().Resumed
 				conns, _, _, _ = up.Stats()
 				conns++
 				up.Drop()
-				eventually(t, 10*time.Second, fmt.Sprintf("connection %d resumed", conns), func() bool {
+				testutil.Eventually(t, 10*time.Second, fmt.Sprintf("connection %d resumed", conns), func() bool {
 					return settled(conns)() && b.Stats().Resumed >= before+uint64(withheld)
 				})
 				if st := b.Stats(); st.SpoolMessages != withheld || st.Acked != uint64(n-len(tc.rule)) {
@@ -79,7 +80,7 @@ func TestNoAckWithoutWireAck(t *testing.T) {
 
 			up.AnswerEverything()
 			up.Drop()
-			eventually(t, 10*time.Second, "the withheld ones acked once answered", func() bool {
+			testutil.Eventually(t, 10*time.Second, "the withheld ones acked once answered", func() bool {
 				st := b.Stats()
 				return st.SpoolMessages == 0 && st.Acked == n
 			})

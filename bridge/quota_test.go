@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestQoS2IntoDefaultMosquitto is issue 12 point 1: QoS 2 bridged over
@@ -31,7 +32,7 @@ func TestQoS2IntoDefaultMosquitto(t *testing.T) {
 	// "lost" that way, none by the bridge).
 	upSub := subProcess(t, up.addr(), "sensors/#")
 	upc := client(t, up.addr(), "up-ready")
-	eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
+	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
 		publish(t, upc, "sensors/ready", 0, "r")
 		return upSub.len() > 0
 	})
@@ -50,11 +51,11 @@ func TestQoS2IntoDefaultMosquitto(t *testing.T) {
 	}
 	// Every message was PUBREC'd locally; wait until the bridge has them
 	// all completed upstream (PUBCOMP), then for the subscriber.
-	eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	// mosquitto delivers one client's messages in order: once a last one
 	// has arrived, every earlier one that mosquitto kept has too.
 	publish(t, lc, "sensors/end", 2, "end")
-	eventually(t, 10*time.Second, "the end marker", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the end marker", func() bool {
 		return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "sensors/end" })
 	})
 

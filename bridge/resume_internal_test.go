@@ -13,6 +13,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge/spool"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestTokenCompletedByResumeIsNotAnAck shows the hazard issue 12 names and
@@ -70,7 +71,7 @@ func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
 			t.Fatalf("paho did not store record %d: %v", rec, toks[rec].Error())
 		}
 	}
-	waitUntil(t, "records 3 and 4 acked", func() bool { return slices.Equal(acked(), []spool.ID{3, 4}) })
+	testutil.Eventually(t, 10*time.Second, "records 3 and 4 acked", func() bool { return slices.Equal(acked(), []spool.ID{3, 4}) })
 	if toks[1].WaitTimeout(100 * time.Millisecond) {
 		t.Fatal("record 1's token completed before anything happened")
 	}
@@ -84,7 +85,7 @@ func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
 				"the hazard this test guards against changed, re-read resume()", rec, toks[rec].Error())
 		}
 	}
-	waitUntil(t, "records 1 and 2 re-sent", func() bool { _, dups, _, _ := up.Stats(); return dups >= 2 })
+	testutil.Eventually(t, 10*time.Second, "records 1 and 2 re-sent", func() bool { _, dups, _, _ := up.Stats(); return dups >= 2 })
 	if got := acked(); !slices.Equal(got, []spool.ID{3, 4}) {
 		t.Fatalf("acked %v after the tokens of 1 and 2 completed with no PUBACK; want [3 4]", got)
 	}
@@ -96,17 +97,5 @@ func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
 	up.Drop()
 	<-lost
 	connect()
-	waitUntil(t, "records 1 and 2 acked once PUBACKed", func() bool { return slices.Equal(acked(), []spool.ID{1, 2, 3, 4}) })
-}
-
-// waitUntil polls cond until it holds or 10s pass.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "records 1 and 2 acked once PUBACKed", func() bool { return slices.Equal(acked(), []spool.ID{1, 2, 3, 4}) })
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // testCA is a certificate authority made for one test.
@@ -141,11 +142,11 @@ func TestTLSUplink(t *testing.T) {
 		lc := client(t, gw.addr, "local-pub")
 		publishMany(t, lc, "sensors/t1", 50, "m")
 		publish(t, client(t, up.addr(), "up-pub"), "site-a/cmd/x", 1, "reboot")
-		eventually(t, 10*time.Second, "out messages upstream over TLS", func() bool {
+		testutil.Eventually(t, 10*time.Second, "out messages upstream over TLS", func() bool {
 			return countDistinct(upSub.all(), "site-a/sensors/t1") == 50
 		})
 		inOrder(t, upSub.all(), "site-a/sensors/t1", "m", 50)
-		eventually(t, 10*time.Second, "in message locally", func() bool { return localSub.has("cmd/x", "reboot") })
+		testutil.Eventually(t, 10*time.Second, "in message locally", func() bool { return localSub.has("cmd/x", "reboot") })
 		st := b.Stats()
 		t.Logf("TLS mtls: state %s address %s connects %d acked %d received %d", st.State, st.Address, st.Connects, st.Acked, st.Received)
 		if st.Address != tlsURL || st.ConnectFailures != 0 {
@@ -171,7 +172,7 @@ func TestTLSUplink(t *testing.T) {
 			cfg := testConfig(t, "tls", tlsURL)
 			cfg.TLS = tc.tls
 			b := runBridge(t, cfg, gw.srv)
-			eventually(t, 10*time.Second, "failed connects", func() bool { return b.Stats().ConnectFailures >= 2 })
+			testutil.Eventually(t, 10*time.Second, "failed connects", func() bool { return b.Stats().ConnectFailures >= 2 })
 			st := b.Stats()
 			t.Logf("TLS %s: state %s, connect failures %d, last error %q", tc.name, st.State, st.ConnectFailures, st.LastError)
 			if st.State != bridge.Disconnected || st.Connects != 0 {
@@ -184,7 +185,7 @@ func TestTLSUplink(t *testing.T) {
 			if !ok || !strings.Contains(st.LastError, tlsURL) {
 				t.Errorf("LastError %q: want the address and one of %q", st.LastError, tc.why)
 			}
-			eventually(t, 5*time.Second, "state topic", func() bool { return states.has("$SYS/bridge/tls/state", "disconnected") })
+			testutil.Eventually(t, 5*time.Second, "state topic", func() bool { return states.has("$SYS/bridge/tls/state", "disconnected") })
 			if states.has("$SYS/bridge/tls/state", "connected") {
 				t.Errorf("state topic said connected")
 			}

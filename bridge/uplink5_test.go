@@ -10,6 +10,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // publishLocal publishes n messages "<prefix><i>" on topic, with qos(i),
@@ -69,9 +70,9 @@ func TestMQTT5IntoDefaultMosquitto(t *testing.T) {
 					t.Fatalf("local publish %d: %v", i, tok.Error())
 				}
 			}
-			eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+			testutil.Eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 			publish(t, lc, "sensors/end", 2, "end")
-			eventually(t, 10*time.Second, "the end marker", func() bool { return upSub.has("sensors/end", "end") })
+			testutil.Eventually(t, 10*time.Second, "the end marker", func() bool { return upSub.has("sensors/end", "end") })
 
 			all := upSub.all()
 			st := b.Stats()
@@ -128,10 +129,10 @@ func TestMQTT5ReceiveMaximum(t *testing.T) {
 	b := runBridge(t, cfg, gw.srv)
 	b.waitState(t, bridge.Connected)
 	publishLocal(t, client(t, gw.addr, "local-pub"), "sensors/t1", "m", n, func(int) byte { return 2 })
-	eventually(t, 10*time.Second, "the quota used", func() bool { return up.Stats().Rels >= recvMax })
+	testutil.Eventually(t, 10*time.Second, "the quota used", func() bool { return up.Stats().Rels >= recvMax })
 	// Give the bridge every chance to overrun: more acks (PUBRECs) arrive
 	// only for the flows it opens.
-	eventually(t, 10*time.Second, "PUBREL for the open flows", func() bool { return up.Stats().Rels == recvMax })
+	testutil.Eventually(t, 10*time.Second, "PUBREL for the open flows", func() bool { return up.Stats().Rels == recvMax })
 	if st := up.Stats(); st.MaxInflight != recvMax {
 		t.Fatalf("%d QoS 2 flows open at once; Receive Maximum is %d", st.MaxInflight, recvMax)
 	}
@@ -140,7 +141,7 @@ func TestMQTT5ReceiveMaximum(t *testing.T) {
 	}
 	up.AnswerEverything()
 	up.Drop() // the held flows complete after the reconnect (PUBREL re-sent)
-	eventually(t, 20*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 20*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	if st := up.Stats(); st.Distinct != n || st.Duplicated != 0 {
 		t.Fatalf("upstream got %d distinct of %d, %d more than once", st.Distinct, n, st.Duplicated)
 	}
@@ -173,7 +174,7 @@ func TestMQTT5Refusals(t *testing.T) {
 	for _, m := range msgs {
 		publish(t, lc, "sensors/t", m.qos, m.payload)
 	}
-	eventually(t, 20*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 20*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	st := b.Stats()
 	t.Logf("MQTT5-REFUSALS acked %d, retried %d, dropped %d %v; attempts quota1 %d quota2 %d deny1 %d",
 		st.Acked, st.UpstreamRetried, st.UpstreamDropped, st.UpstreamDroppedBy,
@@ -233,10 +234,10 @@ func TestMQTT5ReconnectMidFlowExactlyOnce(t *testing.T) {
 	b := runBridge(t, cfg, gw.srv)
 	b.waitState(t, bridge.Connected)
 	publishLocal(t, client(t, gw.addr, "local-pub"), "sensors/t1", "m", n, func(int) byte { return 2 })
-	eventually(t, 10*time.Second, "the flows stuck", func() bool { return up.Withheld() == 10 })
+	testutil.Eventually(t, 10*time.Second, "the flows stuck", func() bool { return up.Withheld() == 10 })
 	up.AnswerEverything()
 	up.Drop()
-	eventually(t, 20*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 20*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	st, bs := up.Stats(), b.Stats()
 	t.Logf("MQTT5-RECONNECT conns %d, DUP publishes %d, PUBRELs %d, distinct %d, duplicated %d, resumed %d",
 		st.Conns, st.Dups, st.Rels, st.Distinct, st.Duplicated, bs.Resumed)
@@ -274,9 +275,9 @@ func TestProtocolAutoFallsBack(t *testing.T) {
 	lc := client(t, gw.addr, "local-pub")
 	publish(t, lc, "sensors/t", 1, "a")
 	up.Drop()
-	eventually(t, 10*time.Second, "a reconnect", func() bool { return b.Stats().Connects >= 2 })
+	testutil.Eventually(t, 10*time.Second, "a reconnect", func() bool { return b.Stats().Connects >= 2 })
 	publish(t, lc, "sensors/t", 1, "b")
-	eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	if v5 := up.V5Connects(); v5 != 1 {
 		t.Fatalf("%d MQTT 5 CONNECTs; want 1 (the fallback is remembered)", v5)
 	}
@@ -300,13 +301,13 @@ func TestProtocolAutoUsesMQTT5(t *testing.T) {
 	}
 	lc := client(t, gw.addr, "local-pub")
 	publish(t, lc, "sensors/t", 1, "up")
-	eventually(t, 10*time.Second, "the message upstream", func() bool { return upSub.has("sensors/t", "up") })
+	testutil.Eventually(t, 10*time.Second, "the message upstream", func() bool { return upSub.has("sensors/t", "up") })
 	// A both rule: the bridge's own publish must not come back (No Local).
 	publish(t, lc, "echo/x", 1, "mine")
-	eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	// mosquitto queued any echo before the command that follows.
 	publish(t, client(t, up.addr(), "cloud-pub"), "cmd/x", 2, "down")
-	eventually(t, 10*time.Second, "the command locally", func() bool { return localSub.has("cmd/x", "down") })
+	testutil.Eventually(t, 10*time.Second, "the command locally", func() bool { return localSub.has("cmd/x", "down") })
 	if n := b.Stats().Received; n != 1 {
 		t.Fatalf("%d inbound messages; want 1 (the command, not the echo of our own publish)", n)
 	}
@@ -330,7 +331,7 @@ func TestMQTT5MaximumPacketSize(t *testing.T) {
 	publish(t, lc, "sensors/t", 1, "before")
 	publish(t, lc, "sensors/t", 1, big)
 	publish(t, lc, "sensors/t", 1, "after")
-	eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 10*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 	st := b.Stats()
 	if up.Delivered("before") != 1 || up.Delivered("after") != 1 || up.Attempts(big) != 0 {
 		t.Fatalf("before %d, after %d delivered; the large one sent %d times (want 1, 1, 0)",
@@ -364,7 +365,7 @@ func TestMQTT5RestartKeepsQoS2ExactlyOnce(t *testing.T) {
 	b := runBridge(t, cfg, gw.srv)
 	b.waitState(t, bridge.Connected)
 	publishLocal(t, client(t, gw.addr, "local-pub"), "sensors/t1", "m", n, func(int) byte { return 2 })
-	eventually(t, 10*time.Second, "the flows stuck", func() bool { return up.Withheld() == 5 })
+	testutil.Eventually(t, 10*time.Second, "the flows stuck", func() bool { return up.Withheld() == 5 })
 	b.stop(t)
 	if left := b.Stats().SpoolMessages; left < 5 {
 		t.Fatalf("%d messages left in the spool; the test needs the 5 unfinished flows there", left)
@@ -373,7 +374,7 @@ func TestMQTT5RestartKeepsQoS2ExactlyOnce(t *testing.T) {
 
 	b2 := runBridge(t, cfg, gw.srv)
 	b2.waitState(t, bridge.Connected)
-	eventually(t, 20*time.Second, "spool empty", func() bool { return b2.Stats().SpoolMessages == 0 })
+	testutil.Eventually(t, 20*time.Second, "spool empty", func() bool { return b2.Stats().SpoolMessages == 0 })
 	st := up.Stats()
 	t.Logf("MQTT5-RESTART conns %d, PUBRELs %d, distinct %d, duplicated %d", st.Conns, st.Rels, st.Distinct, st.Duplicated)
 	if st.Distinct != n || st.Duplicated != 0 {

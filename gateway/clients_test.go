@@ -6,6 +6,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestClientsSnapshot: Server.Clients lists the connected clients with
@@ -28,7 +29,7 @@ func TestClientsSnapshot(t *testing.T) {
 	}
 	sub.nextPublish(5 * time.Second)
 	var cs []gateway.ClientInfo
-	eventually(t, 5*time.Second, "sub-v5 slow with 1 in flight and 2 queued", func() bool {
+	testutil.Eventually(t, 5*time.Second, "sub-v5 slow with 1 in flight and 2 queued", func() bool {
 		cs = b.srv.Clients()
 		return len(cs) == 2 && cs[1].ClientID == "sub-v5" && cs[1].Slow && cs[1].Inflight == 1 && cs[1].Queued == 2
 	})
@@ -45,5 +46,5 @@ func TestClientsSnapshot(t *testing.T) {
 		}
 	}
 	other.disconnect()
-	eventually(t, 5*time.Second, "other-311 gone", func() bool { return len(b.srv.Clients()) == 1 })
+	testutil.Eventually(t, 5*time.Second, "other-311 gone", func() bool { return len(b.srv.Clients()) == 1 })
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // sessionFlags sets a CONNECT up as a clean or a persistent session at its
@@ -186,11 +187,11 @@ func TestReceiveMaximumEnforced(t *testing.T) {
 		for id := uint16(1); id <= 4; id++ {
 			rc.send(&packet.Publish{Topic: "held/x", QoS: 1, PacketID: id})
 		}
-		eventually(t, 10*time.Second, "four messages held", func() bool { return sink.count() == 4 })
+		testutil.Eventually(t, 10*time.Second, "four messages held", func() bool { return sink.count() == 4 })
 		sink.release(0, nil) // one PUBACK out: one more may come
 		expect[*packet.Puback](t, rc, 10*time.Second)
 		rc.send(&packet.Publish{Topic: "held/x", QoS: 1, PacketID: 5})
-		eventually(t, 10*time.Second, "the fifth held", func() bool { return sink.count() == 5 })
+		testutil.Eventually(t, 10*time.Second, "the fifth held", func() bool { return sink.count() == 5 })
 		rc.send(&packet.Publish{Topic: "held/x", QoS: 1, PacketID: 6})
 		d := expect[*packet.Disconnect](t, rc, 10*time.Second)
 		if d.ReasonCode != packet.ReceiveMaximumExceeded {
@@ -245,7 +246,7 @@ func TestWrongAcknowledgementIsProtocolError(t *testing.T) {
 				} else if len(got) != 0 {
 					t.Fatalf("got %v before close, want nothing (no PUBREL for a QoS 1 message)", types(got))
 				}
-				eventually(t, 10*time.Second, "protocol error counted", func() bool { return closes(b, "protocol_error") > before })
+				testutil.Eventually(t, 10*time.Second, "protocol error counted", func() bool { return closes(b, "protocol_error") > before })
 			})
 		}
 	}
@@ -383,7 +384,7 @@ func TestWriteTimeoutAborts(t *testing.T) {
 	_, brokerPort, _ := net.SplitHostPort(b.addr)
 	_, peerPort, _ := net.SplitHostPort(conn.LocalAddr().String())
 	filter := fmt.Sprintf("( sport = :%s and dport = :%s )", brokerPort, peerPort)
-	eventually(t, 3*time.Second, "the broker's socket gone with its send queue", func() bool {
+	testutil.Eventually(t, 3*time.Second, "the broker's socket gone with its send queue", func() bool {
 		out, err := exec.Command("ss", "-tnH", "state", "all", filter).CombinedOutput()
 		if err != nil {
 			t.Fatalf("ss: %v: %s", err, out)

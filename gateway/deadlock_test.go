@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 const selfPublishN = 1000
@@ -115,8 +116,8 @@ func TestFieldReport000SelfPublishQoS2(t *testing.T) {
 					t.Fatalf("publish %d: got %+v, want PUBCOMP %d", i, comp, id)
 				}
 			}
-			eventually(t, wait(), "all messages back", func() bool { return recv.count() >= selfPublishN })
-			eventually(t, wait(), "no QoS 2 delivery open", func() bool {
+			testutil.Eventually(t, wait(), "all messages back", func() bool { return recv.count() >= selfPublishN })
+			testutil.Eventually(t, wait(), "no QoS 2 delivery open", func() bool {
 				st := b.srv.Stats()
 				return st.Inflight == 0 && st.QueuedMessages == 0
 			})
@@ -138,9 +139,9 @@ func TestFieldReport000SelfPublishPaho(t *testing.T) {
 	for i := range selfPublishN {
 		waitTok(t, c.Publish("self/paho", 2, false, strconv.Itoa(i)), fmt.Sprintf("publish %d", i))
 	}
-	eventually(t, 60*time.Second, "all messages back", func() bool { return got.len() >= selfPublishN })
+	testutil.Eventually(t, 60*time.Second, "all messages back", func() bool { return got.len() >= selfPublishN })
 	// Exactly once: nothing more arrives after the broker has nothing open.
-	eventually(t, 10*time.Second, "deliveries complete", func() bool {
+	testutil.Eventually(t, 10*time.Second, "deliveries complete", func() bool {
 		st := b.srv.Stats()
 		return st.Inflight == 0 && st.QueuedMessages == 0
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func TestQoS2InboundDuplicate(t *testing.T) {
@@ -113,7 +114,7 @@ func TestQoS2OutboundResumeSendsPubrel(t *testing.T) {
 		t.Fatalf("pubrel %d, want %d", r.PacketID, q2.PacketID)
 	}
 	sub2.send(&packet.Pubcomp{PacketID: q2.PacketID})
-	eventually(t, 5*time.Second, "nothing in flight", func() bool { return b.srv.Stats().Inflight == 0 })
+	testutil.Eventually(t, 5*time.Second, "nothing in flight", func() bool { return b.srv.Stats().Inflight == 0 })
 	sub2.send(&packet.Disconnect{})
 	sub2.expectClose(10 * time.Second)
 	c, _ := rawConnect(t, b.addr, packet.V311, "q2-out", true, nil)
@@ -148,7 +149,7 @@ func TestReceiveMaximum(t *testing.T) {
 				got = append(got, sub.nextPublish(10*time.Second))
 			}
 			// The window is full: nothing more until an ack.
-			eventually(t, 5*time.Second, "the rest queued", func() bool {
+			testutil.Eventually(t, 5*time.Second, "the rest queued", func() bool {
 				return b.srv.Stats().QueuedMessages == int64(n-tc.want)
 			})
 			if st := b.srv.Stats(); st.Inflight != int64(tc.want) {
@@ -340,7 +341,7 @@ func TestV5DisconnectProtocolRules(t *testing.T) {
 		t.Fatalf("got %+v, want DISCONNECT 0x82", got[0])
 	}
 	expectWillMsg(t, obs, "will/dexp", 10*time.Second)
-	eventually(t, 5*time.Second, "no sessions", func() bool { c, d := sessions(b); return c == 1 && d == 0 })
+	testutil.Eventually(t, 5*time.Second, "no sessions", func() bool { c, d := sessions(b); return c == 1 && d == 0 })
 }
 
 func TestPublishToSysRefused(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestFlowControlNoLossWhileSubscriberKeepsUp: fan-in of QoS 1 and 2 much
@@ -49,7 +50,7 @@ func TestFlowControlNoLossWhileSubscriberKeepsUp(t *testing.T) {
 			for err := range errs {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "every acknowledged message delivered", func() bool { return got.len() >= pubs*each })
+			testutil.Eventually(t, 30*time.Second, "every acknowledged message delivered", func() bool { return got.len() >= pubs*each })
 			if n := drops(b, "queue_full"); n != 0 {
 				t.Fatalf("%d acknowledged messages dropped (queue_full) while the subscriber kept up", n)
 			}
@@ -101,7 +102,7 @@ func TestFlowControlNotForOfflineSessions(t *testing.T) {
 	away := pahoClient(t, b.addr, "away", false, nil)
 	waitTok(t, away.Subscribe("o/#", 1, nil), "subscribe")
 	away.Disconnect(50)
-	eventually(t, 5*time.Second, "session offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
+	testutil.Eventually(t, 5*time.Second, "session offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
 
 	pub := pahoClient(t, b.addr, "pub", true, nil)
 	for i := 0; i < 100; i++ {

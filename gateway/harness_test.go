@@ -62,19 +62,6 @@ func startBrokerLog(t testing.TB, opts gateway.Options, log *slog.Logger) *broke
 	return &broker{srv: srv, addr: l.Addr().String(), stop: stop}
 }
 
-// eventually polls cond until it holds or the deadline passes (never sleep
-// to wait).
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func dial(t testing.TB, addr string) net.Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func needMosquittoClients(t *testing.T) {
@@ -108,7 +109,7 @@ func mosqPub(t *testing.T, b *broker, stdin string, args ...string) {
 // waitSubs waits until the broker holds n subscriptions.
 func waitSubs(t testing.TB, b *broker, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d subscriptions", n), func() bool {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d subscriptions", n), func() bool {
 		return b.srv.Stats().Subscriptions == n
 	})
 }
@@ -167,7 +168,7 @@ func TestMosquittoRetained(t *testing.T) {
 				base := b.srv.Stats().Subscriptions
 				sub := startMosqSub(t, b, "-V", v, "-q", "1", "-t", topic, "-C", "1", "-W", "20", "-F", "%r %t %p")
 				// With a retained message it may be done before we look.
-				eventually(t, 10*time.Second, "subscribed or done", func() bool {
+				testutil.Eventually(t, 10*time.Second, "subscribed or done", func() bool {
 					select {
 					case <-sub.done:
 						return true
@@ -246,7 +247,7 @@ func TestMosquittoSysTopics(t *testing.T) {
 	waitSubs(t, b, 3)
 	// Let a few $SYS rounds go by while "#" and "+/broker/#" are subscribed.
 	start := b.srv.Stats().MessagesReceived
-	eventually(t, 10*time.Second, "$SYS publications", func() bool {
+	testutil.Eventually(t, 10*time.Second, "$SYS publications", func() bool {
 		return b.srv.Stats().MessagesReceived >= start+30
 	})
 	mosqPub(t, b, "", "-t", "plain/marker", "-m", "x")

@@ -15,6 +15,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func paho5Connect(t *testing.T, addr, id string, keepAlive uint16) (*paho.Client, *paho.Connack) {
@@ -66,7 +67,7 @@ func TestPaho5KeepsReceiveMaximum(t *testing.T) {
 	// Release verdicts as they come: never more than 4 may be open.
 	released := 0
 	for released < n {
-		eventually(t, 10*time.Second, fmt.Sprintf("a held message after %d released", released), func() bool { return sink.count() > released })
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("a held message after %d released", released), func() bool { return sink.count() > released })
 		if open := sink.count() - released; open > 4 {
 			t.Fatalf("%d messages held at once, above the receive maximum 4", open)
 		}

@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func pahoClient(t testing.TB, addr, id string, clean bool, mod func(*mqtt.ClientOptions)) mqtt.Client {
@@ -75,7 +76,7 @@ func TestPahoRoundTrip(t *testing.T) {
 			for i := 0; i < n; i++ {
 				waitTok(t, pub.Publish(fmt.Sprintf("rt/%d/x", i), qos, false, fmt.Sprint(i)), "publish")
 			}
-			eventually(t, 10*time.Second, "all messages", func() bool { return got.len() >= n })
+			testutil.Eventually(t, 10*time.Second, "all messages", func() bool { return got.len() >= n })
 			if qos > 0 {
 				// In order, exactly once.
 				for i, p := range got.payloads() {

@@ -13,6 +13,7 @@ import (
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
 	"github.com/edgegw/edgegw/gateway/store"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // stateBroker is a broker whose state lives in dir.
@@ -67,7 +68,7 @@ func TestStateQueuedSurviveCrash(t *testing.T) {
 			b2, _ := stateBroker(t, crashed, mode)
 			var got collector
 			pahoClient(t, b2.addr, "actuator", false, func(o *mqtt.ClientOptions) { o.SetDefaultPublishHandler(got.handle) })
-			eventually(t, 10*time.Second, "10 queued messages", func() bool { return got.len() >= 10 })
+			testutil.Eventually(t, 10*time.Second, "10 queued messages", func() bool { return got.len() >= 10 })
 			for i, p := range got.payloads() {
 				if p != fmt.Sprint("open-", i) {
 					t.Fatalf("after restart got %q", got.payloads())
@@ -76,7 +77,7 @@ func TestStateQueuedSurviveCrash(t *testing.T) {
 			// The subscription itself survived: a new message arrives too.
 			pub2 := pahoClient(t, b2.addr, "pub", true, nil)
 			waitTok(t, pub2.Publish("cmd/valve", 1, false, "after"), "publish")
-			eventually(t, 10*time.Second, "live message", func() bool { return got.len() == 11 })
+			testutil.Eventually(t, 10*time.Second, "live message", func() bool { return got.len() == 11 })
 			if st := b2.srv.Stats(); st.Retained != 1 {
 				t.Fatalf("retained after crash = %d", st.Retained)
 			}
@@ -115,8 +116,8 @@ func TestStateWriteAmplification(t *testing.T) {
 			if !online {
 				pahoClient(t, b.addr, "actuator", false, func(o *mqtt.ClientOptions) { o.SetDefaultPublishHandler(got.handle) })
 			}
-			eventually(t, 20*time.Second, "all delivered", func() bool { return got.len() >= n })
-			eventually(t, 10*time.Second, "queue empty", func() bool { return b.srv.Stats().Inflight == 0 })
+			testutil.Eventually(t, 20*time.Second, "all delivered", func() bool { return got.len() >= n })
+			testutil.Eventually(t, 10*time.Second, "queue empty", func() bool { return b.srv.Stats().Inflight == 0 })
 			b.stop()
 			st.Close()
 			s := st.Stats()
@@ -176,7 +177,7 @@ func TestStateQoS2AcrossRestart(t *testing.T) {
 	}
 	sub.close()
 	pub.close()
-	eventually(t, 10*time.Second, "both offline", func() bool { return b.srv.Stats().SessionsConnected == 0 })
+	testutil.Eventually(t, 10*time.Second, "both offline", func() bool { return b.srv.Stats().SessionsConnected == 0 })
 	b.stop()
 	st.Close() // SIGTERM
 
@@ -227,7 +228,7 @@ func TestStateWillAndExpiryAcrossRestart(t *testing.T) {
 	})
 	w.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "x", QoS: 1})
 	w.close() // abnormal: the will waits 1s
-	eventually(t, 10*time.Second, "offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
+	testutil.Eventually(t, 10*time.Second, "offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
 	b.stop()
 	st.Close()
 
@@ -238,8 +239,8 @@ func TestStateWillAndExpiryAcrossRestart(t *testing.T) {
 	var got collector
 	watcher := pahoClient(t, b2.addr, "watcher", true, nil)
 	waitTok(t, watcher.Subscribe("will/#", 1, got.handle), "subscribe")
-	eventually(t, 10*time.Second, "will after restart", func() bool { return got.len() == 1 })
-	eventually(t, 10*time.Second, "session expiry after restart", func() bool { return b2.srv.Stats().Expired == 1 })
+	testutil.Eventually(t, 10*time.Second, "will after restart", func() bool { return got.len() == 1 })
+	testutil.Eventually(t, 10*time.Second, "session expiry after restart", func() bool { return b2.srv.Stats().Expired == 1 })
 }
 
 // Deadlines are wall-clock: a session whose expiry passed while the broker
@@ -282,5 +283,5 @@ func TestStateCleanSessionsWaitForNothing(t *testing.T) {
 	waitTok(t, sub.Subscribe("x/#", 1, got.handle), "subscribe")
 	pub := pahoClient(t, b.addr, "pub", true, nil)
 	waitTok(t, pub.Publish("x/1", 1, false, "v"), "publish to a clean session")
-	eventually(t, 10*time.Second, "delivery", func() bool { return got.len() == 1 })
+	testutil.Eventually(t, 10*time.Second, "delivery", func() bool { return got.len() == 1 })
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
 	. "github.com/edgegw/edgegw/gateway/packet/packettest"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 const protoMaxPacket = 512
@@ -66,7 +67,7 @@ func checkProtocolClose(t *testing.T, b *broker, v packet.Version, bad []byte, w
 			t.Fatalf("got %+v, want DISCONNECT %#x (%v)", got[0], byte(want), want)
 		}
 	}
-	eventually(t, 5*time.Second, "protocol_error counted", func() bool {
+	testutil.Eventually(t, 5*time.Second, "protocol_error counted", func() bool {
 		return closes(b, "protocol_error") >= before+1
 	})
 }
@@ -149,7 +150,7 @@ func TestProtocolGoldenInvalid(t *testing.T) {
 				}
 				// >=: a previous case's connection may finish its cleanup
 				// (and be counted) after before was read.
-				eventually(t, 5*time.Second, "close counted", func() bool {
+				testutil.Eventually(t, 5*time.Second, "close counted", func() bool {
 					return closes(b, "protocol_error")+closes(b, "not_authorized") >= before+1
 				})
 			case packet.V5:
@@ -224,7 +225,7 @@ func TestProtocolShortFirstPacket(t *testing.T) {
 			if got := rc.expectClose(5 * time.Second); len(got) != 0 {
 				t.Fatalf("got %v", types(got))
 			}
-			eventually(t, 5*time.Second, "protocol_error counted", func() bool {
+			testutil.Eventually(t, 5*time.Second, "protocol_error counted", func() bool {
 				return closes(b, "protocol_error") >= before+1
 			})
 		})

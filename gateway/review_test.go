@@ -10,6 +10,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestWriterDrainsBacklogPastOneBatch: a QoS 0 backlog larger than one
@@ -25,7 +26,7 @@ func TestWriterDrainsBacklogPastOneBatch(t *testing.T) {
 	var got collector
 	sub := pahoClient(t, b.addr, "sub", true, nil)
 	waitTok(t, sub.Subscribe("r/#", 0, got.handle), "subscribe")
-	eventually(t, 10*time.Second, "all 100 retained messages", func() bool { return got.len() == 100 })
+	testutil.Eventually(t, 10*time.Second, "all 100 retained messages", func() bool { return got.len() == 100 })
 }
 
 // TestQoS2DuplicateWaitsForTheSink: a QoS 2 message resent (DUP) on a new
@@ -42,7 +43,7 @@ func TestQoS2DuplicateWaitsForTheSink(t *testing.T) {
 		cp.Props.Set(packet.PropSessionExpiry)
 	})
 	rc.send(&packet.Publish{Topic: "up/x", QoS: 2, PacketID: 7, Payload: []byte("m")})
-	eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 1 })
+	testutil.Eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 1 })
 	rc.close()
 
 	rc2, ack := rawConnect(t, b.addr, packet.V5, "p", false, func(cp *packet.Connect) {
@@ -61,7 +62,7 @@ func TestQoS2DuplicateWaitsForTheSink(t *testing.T) {
 	}
 	// The client sends it again: now it is a fresh message, kept this time.
 	rc2.send(&packet.Publish{Topic: "up/x", QoS: 2, PacketID: 7, Dup: true, Payload: []byte("m")})
-	eventually(t, 5*time.Second, "message in the sink again", func() bool { return sink.count() == 2 })
+	testutil.Eventually(t, 5*time.Second, "message in the sink again", func() bool { return sink.count() == 2 })
 	sink.release(1, nil)
 	if rec := expect[*packet.Pubrec](t, rc2, 5*time.Second); rec.PacketID != 7 || rec.ReasonCode.IsError() {
 		t.Fatalf("pubrec %+v, want success", rec)
@@ -152,7 +153,7 @@ func TestResendOnResumeHonoursReceiveMaximum(t *testing.T) {
 		rc.nextPublish(5 * time.Second) // received, never acked
 	}
 	rc.close()
-	eventually(t, 5*time.Second, "session offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
+	testutil.Eventually(t, 5*time.Second, "session offline", func() bool { return b.srv.Stats().SessionsDisconnected == 1 })
 
 	rc2 := connect(2)
 	var got []*packet.Publish

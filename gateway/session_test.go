@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // publishN publishes n QoS 1 messages "0".."n-1" to topic from a fresh
@@ -63,7 +64,7 @@ func TestSessionPersistent(t *testing.T) {
 			}
 			c.subscribe(1, packet.Properties{}, packet.Subscription{Filter: topic, QoS: 1})
 			c.disconnect()
-			eventually(t, 5*time.Second, "session offline", func() bool { _, d := sessions(b); return d == 1 })
+			testutil.Eventually(t, 5*time.Second, "session offline", func() bool { _, d := sessions(b); return d == 1 })
 
 			publishN(t, b, topic, 10)
 			if st := b.srv.Stats(); st.QueuedMessages != 10 {
@@ -81,13 +82,13 @@ func TestSessionPersistent(t *testing.T) {
 				c2.nextPublish(10 * time.Second) // not acked
 			}
 			c2.conn.Close()
-			eventually(t, 5*time.Second, "session offline", func() bool { c, d := sessions(b); return c == 0 && d == 1 })
+			testutil.Eventually(t, 5*time.Second, "session offline", func() bool { c, d := sessions(b); return c == 0 && d == 1 })
 			if st := b.srv.Stats(); st.Inflight != 3 {
 				t.Errorf("in flight %d, want 3", st.Inflight)
 			}
 			c3, _ := rawConnect(t, b.addr, v, id, false, mod)
 			receiveN(t, c3, 3, true)
-			eventually(t, 5*time.Second, "acks processed", func() bool { return b.srv.Stats().Inflight == 0 })
+			testutil.Eventually(t, 5*time.Second, "acks processed", func() bool { return b.srv.Stats().Inflight == 0 })
 
 			// A clean start discards the session.
 			c3.disconnect()
@@ -108,7 +109,7 @@ func TestSessionPersistent(t *testing.T) {
 				t.Fatalf("got %q after clean start, want marker", p.Topic)
 			}
 			c4.disconnect()
-			eventually(t, 5*time.Second, "no sessions", func() bool { c, d := sessions(b); return c == 0 && d == 0 })
+			testutil.Eventually(t, 5*time.Second, "no sessions", func() bool { c, d := sessions(b); return c == 0 && d == 0 })
 		})
 	}
 }
@@ -146,17 +147,17 @@ func TestSessionTakeover(t *testing.T) {
 			publishN(t, b, topic, 5)
 			receiveN(t, c2, 5, false)
 			// The publisher's session ends just after its socket closes.
-			eventually(t, 5*time.Second, "one session connected", func() bool { return b.srv.Stats().SessionsConnected == 1 })
+			testutil.Eventually(t, 5*time.Second, "one session connected", func() bool { return b.srv.Stats().SessionsConnected == 1 })
 			if st := b.srv.Stats(); st.Takeovers != takeovers+1 {
 				t.Fatalf("takeovers %d, want %d", st.Takeovers, takeovers+1)
 			}
-			eventually(t, 5*time.Second, "close counted", func() bool { return closes(b, "session_taken_over") == before+1 })
+			testutil.Eventually(t, 5*time.Second, "close counted", func() bool { return closes(b, "session_taken_over") == before+1 })
 			c2.send(&packet.Disconnect{Props: packet.Properties{Present: 1 << packet.PropSessionExpiry}})
 			c2.expectClose(10 * time.Second)
 			// 3.1.1 persistent sessions outlive the connection; end it.
 			c3, _ := rawConnect(t, b.addr, v, id, true, nil)
 			c3.disconnect()
-			eventually(t, 5*time.Second, "no sessions", func() bool { c, d := sessions(b); return c == 0 && d == 0 })
+			testutil.Eventually(t, 5*time.Second, "no sessions", func() bool { c, d := sessions(b); return c == 0 && d == 0 })
 		})
 	}
 }
@@ -243,7 +244,7 @@ func TestSessionTakeoverRace(t *testing.T) {
 		// Both CONNECTs have been handled once each got CONNACK or was closed.
 		settle(t, ca)
 		settle(t, cb)
-		eventually(t, 10*time.Second, "one connection left", func() bool {
+		testutil.Eventually(t, 10*time.Second, "one connection left", func() bool {
 			st := b.srv.Stats()
 			return st.Connections == 1 && st.SessionsConnected == 1
 		})
@@ -263,7 +264,7 @@ func TestSessionTakeoverRace(t *testing.T) {
 		winner.expectClose(10 * time.Second)
 		ca.close()
 		cb.close()
-		eventually(t, 10*time.Second, "winner gone", func() bool {
+		testutil.Eventually(t, 10*time.Second, "winner gone", func() bool {
 			st := b.srv.Stats()
 			return st.Connections == 0 && st.SessionsConnected == 0
 		})
@@ -297,12 +298,12 @@ func TestSessionExpiryV5(t *testing.T) {
 			default:
 				c.disconnect()
 			}
-			eventually(t, 5*time.Second, "session offline", func() bool { c, d := sessions(b); return c == 0 && d == 1 })
+			testutil.Eventually(t, 5*time.Second, "session offline", func() bool { c, d := sessions(b); return c == 0 && d == 1 })
 			publishN(t, b, "exp/t", 3) // queued, then released by the expiry
 			if st := b.srv.Stats(); st.QueuedMessages != 3 {
 				t.Fatalf("queued %d, want 3", st.QueuedMessages)
 			}
-			eventually(t, 10*time.Second, "session expired", func() bool {
+			testutil.Eventually(t, 10*time.Second, "session expired", func() bool {
 				st := b.srv.Stats()
 				return st.Expired == expired+1 && st.SessionsDisconnected == 0
 			})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // heldSink is an AsyncSink whose verdicts the test releases by hand, the
@@ -50,7 +51,7 @@ func TestAsyncSinkAcksInOrderWithoutBlocking(t *testing.T) {
 	for id := uint16(1); id <= 3; id++ {
 		rc.send(&packet.Publish{Topic: "up/x", QoS: 1, PacketID: id, Payload: []byte("m")})
 	}
-	eventually(t, 5*time.Second, "three messages in the sink", func() bool { return sink.count() == 3 })
+	testutil.Eventually(t, 5*time.Second, "three messages in the sink", func() bool { return sink.count() == 3 })
 
 	// The reader is not blocked: a ping is answered while acks wait.
 	rc.send(&packet.Pingreq{})
@@ -81,7 +82,7 @@ func TestAsyncSinkNotStored(t *testing.T) {
 	t.Run("v5 gets a negative ack", func(t *testing.T) {
 		rc, _ := rawConnect(t, b.addr, packet.V5, "p5", true, nil)
 		rc.send(&packet.Publish{Topic: "up/x", QoS: 2, PacketID: 9, Payload: []byte("m")})
-		eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 1 })
 		sink.release(0, errors.New("disk full"))
 		rec := expect[*packet.Pubrec](t, rc, 5*time.Second)
 		if rec.PacketID != 9 || rec.ReasonCode != packet.ImplementationSpecificError {
@@ -91,13 +92,13 @@ func TestAsyncSinkNotStored(t *testing.T) {
 	t.Run("v3 is closed without an ack", func(t *testing.T) {
 		rc, _ := rawConnect(t, b.addr, packet.V311, "p3", true, nil)
 		rc.send(&packet.Publish{Topic: "up/x", QoS: 1, PacketID: 4, Payload: []byte("m")})
-		eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 2 })
+		testutil.Eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 2 })
 		sink.release(1, errors.New("disk full"))
 		for _, p := range rc.expectClose(5 * time.Second) {
 			if p.Type() == packet.PUBACK {
 				t.Fatal("a message that was not stored was acknowledged")
 			}
 		}
-		eventually(t, 5*time.Second, "close counted", func() bool { return closes(b, "not_stored") == 1 })
+		testutil.Eventually(t, 5*time.Second, "close counted", func() bool { return closes(b, "not_stored") == 1 })
 	})
 }

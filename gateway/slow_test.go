@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // seqCounter checks that sequence-numbered messages arrive in order.
@@ -125,13 +126,13 @@ func TestSlowConsumer(t *testing.T) {
 			stuck.expectClose(30 * time.Second)
 
 			// The good subscriber got everything, in order.
-			eventually(t, 60*time.Second, "good subscriber has every message", func() bool { return good.count() >= seq })
+			testutil.Eventually(t, 60*time.Second, "good subscriber has every message", func() bool { return good.count() >= seq })
 			good.mu.Lock()
 			defer good.mu.Unlock()
 			if len(good.wrong) > 0 || good.next != seq {
 				t.Fatalf("good subscriber: %d of %d, out of order: %q", good.next, seq, good.wrong)
 			}
-			eventually(t, 10*time.Second, "stuck session released", func() bool {
+			testutil.Eventually(t, 10*time.Second, "stuck session released", func() bool {
 				st := b.srv.Stats()
 				return st.SessionsConnected == 2 && st.Subscriptions == 1
 			})

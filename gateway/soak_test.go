@@ -21,6 +21,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func soakDuration(t *testing.T) time.Duration {
@@ -219,7 +220,7 @@ func TestFieldReport002Soak(t *testing.T) {
 
 			// Everything is released once the clients are gone and the
 			// persistent sessions have expired (max 2s).
-			eventually(t, 15*time.Second, "sessions expired and queues empty", func() bool {
+			testutil.Eventually(t, 15*time.Second, "sessions expired and queues empty", func() bool {
 				st := b.srv.Stats()
 				return st.Connections == 0 && st.SessionsConnected == 0 && st.SessionsDisconnected == 0 &&
 					st.QueuedBytes == 0 && st.QueuedMessages == 0 && st.Inflight == 0 && st.Subscriptions == 0

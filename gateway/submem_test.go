@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestSubscriptionMemoryBudget: the topic tree's memory is counted against
@@ -39,7 +40,7 @@ func TestSubscriptionMemoryBudget(t *testing.T) {
 	if n5 == 0 {
 		t.Fatal("no subscription granted")
 	}
-	eventually(t, 10*time.Second, "subscription memory given back", func() bool { return b.srv.Stats().SubscriptionBytes == 0 })
+	testutil.Eventually(t, 10*time.Second, "subscription memory given back", func() bool { return b.srv.Stats().SubscriptionBytes == 0 })
 	n3, code := fill(packet.V311, "greedy3")
 	if code != packet.V3SubackFailure || n3 != n5 {
 		t.Fatalf("3.1.1: %d granted then %v; want %d then 0x80", n3, code, n5)

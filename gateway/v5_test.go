@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func v5Client(t *testing.T, b *broker, id string, mod func(*packet.Connect)) *rawClient {
@@ -165,7 +166,7 @@ func TestV5SharedSubscription(t *testing.T) {
 			t.Fatalf("non-shared subscriber: message %d is %q", i, p.Payload)
 		}
 	}
-	eventually(t, 10*time.Second, "all shared deliveries", func() bool {
+	testutil.Eventually(t, 10*time.Second, "all shared deliveries", func() bool {
 		return len(members[0].in)+len(members[1].in) >= n
 	})
 	seen := map[string]int{}
@@ -344,8 +345,8 @@ func TestV5ClientMaximumPacketSize(t *testing.T) {
 					t.Fatalf("got a %d byte packet, client maximum is 100", n)
 				}
 			}
-			eventually(t, 5*time.Second, "too_large drops", func() bool { return drops(b, "too_large") == before+2 })
-			eventually(t, 5*time.Second, "nothing left in flight", func() bool {
+			testutil.Eventually(t, 5*time.Second, "too_large drops", func() bool { return drops(b, "too_large") == before+2 })
+			testutil.Eventually(t, 5*time.Second, "nothing left in flight", func() bool {
 				st := b.srv.Stats()
 				return st.Inflight == 0 && st.QueuedMessages == 0 && st.QueuedBytes == 0
 			})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // willObserver subscribes to will/# and marker; it sees wills in order.
@@ -57,7 +58,7 @@ func expectWillMsg(t *testing.T, obs *rawClient, topic string, d time.Duration) 
 // checks it is the next thing the observer sees.
 func expectNoWill(t *testing.T, b *broker, obs *rawClient, conns int64) {
 	t.Helper()
-	eventually(t, 10*time.Second, "connection gone", func() bool { return b.srv.Stats().Connections == conns })
+	testutil.Eventually(t, 10*time.Second, "connection gone", func() bool { return b.srv.Stats().Connections == conns })
 	m, _ := rawConnect(t, b.addr, packet.V311, "marker-"+t.Name(), true, nil)
 	m.send(&packet.Publish{Topic: "marker", Payload: []byte("m")})
 	m.disconnect()
@@ -125,7 +126,7 @@ func TestWill(t *testing.T) {
 		topic := "will/" + t.Name()
 		c, _ := rawConnect(t, b.addr, packet.V5, "w7", false, both(withExpiry(60), withWill(topic, "gone", 1)))
 		c.conn.Close()
-		eventually(t, 10*time.Second, "disconnected session", func() bool { return b.srv.Stats().Connections == conns })
+		testutil.Eventually(t, 10*time.Second, "disconnected session", func() bool { return b.srv.Stats().Connections == conns })
 		c2, ack := rawConnect(t, b.addr, packet.V5, "w7", false, withExpiry(60))
 		if !ack.SessionPresent {
 			t.Fatal("session not present on reconnect")
@@ -174,7 +175,7 @@ func TestKeepAlive(t *testing.T) {
 				}
 			}
 			expectWillMsg(t, obs, topic, 10*time.Second)
-			eventually(t, 5*time.Second, "keepalive_timeout counted", func() bool {
+			testutil.Eventually(t, 5*time.Second, "keepalive_timeout counted", func() bool {
 				return closes(b, "keepalive_timeout") == before+1
 			})
 		})
@@ -212,7 +213,7 @@ func TestConnectTimeout(t *testing.T) {
 			if got := c.expectClose(10 * time.Second); len(got) != 0 {
 				t.Fatalf("got %v", types(got))
 			}
-			eventually(t, 5*time.Second, "connect_timeout counted", func() bool {
+			testutil.Eventually(t, 5*time.Second, "connect_timeout counted", func() bool {
 				return closes(b, "connect_timeout") == before+1
 			})
 		})

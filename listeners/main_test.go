@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -111,17 +112,6 @@ func (h *harness) nextCN() string {
 	}
 }
 
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // pahoConnect connects a paho client to url ("tcp://", "ws://", "tls://",
 // "wss://") and disconnects it in cleanup.
 func pahoConnect(t testing.TB, url, id string, mod func(*mqtt.ClientOptions)) (mqtt.Client, error) {
@@ -190,7 +180,7 @@ func pubSub(t *testing.T, sub, pub mqtt.Client, topic string, n int) {
 		want = append(want, topic+"="+p)
 		waitTok(t, pub.Publish(topic, 1, false, p), "publish")
 	}
-	eventually(t, 10*time.Second, "all messages", func() bool { return len(got.get()) >= n })
+	testutil.Eventually(t, 10*time.Second, "all messages", func() bool { return len(got.get()) >= n })
 	if g := got.get(); strings.Join(g, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got %d messages %.200q, want %d", len(g), g, len(want))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/edgegw/edgegw/devices/framing"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 var serialModes = []framing.Mode{framing.ModeCOBSCRC16, framing.ModeRaw}
@@ -232,7 +233,7 @@ func TestSerialKeepAlive(t *testing.T) {
 				r.waitOpen(2) // raw: the device is reopened after each connection
 			} else {
 				d.send(&packet.Pingreq{}) // no connection: dropped
-				eventually(t, serialWait, "PINGREQ skipped", func() bool { return r.ser.Stats().Skipped == 1 })
+				testutil.Eventually(t, serialWait, "PINGREQ skipped", func() bool { return r.ser.Stats().Skipped == 1 })
 			}
 			d.connect("k1", tc.ver, 60) // CONNACK comes first: no PINGRESP was sent
 			d.publish("sensors/k1/temp", "back", 1, 1)
@@ -284,7 +285,7 @@ func TestSerialUnplug(t *testing.T) {
 
 			d.unplug()
 			r.waitMsg("sensors/u1/status=offline@0") // the connection was closed abnormally
-			eventually(t, serialWait, "link waiting after a failed reopen", func() bool {
+			testutil.Eventually(t, serialWait, "link waiting after a failed reopen", func() bool {
 				st := r.ser.Stats()
 				return st.State == "waiting" && st.Lost == 1 && st.Failures >= 1
 			})
@@ -300,7 +301,7 @@ func TestSerialUnplug(t *testing.T) {
 		t.Parallel()
 		r := newSerialRig(t, framing.ModeCOBSCRC16)
 		r.start()
-		eventually(t, serialWait, "link waiting for the device", func() bool {
+		testutil.Eventually(t, serialWait, "link waiting for the device", func() bool {
 			st := r.ser.Stats()
 			return st.State == "waiting" && st.Failures >= 1
 		})
@@ -329,7 +330,7 @@ func TestSerialProtocolError(t *testing.T) {
 	d.sent.Add(1)
 	r.waitMsg("sensors/p1/status=offline@0")
 	d.send(&packet.Publish{Topic: "sensors/p1/temp", Payload: []byte("bad-ignored")})
-	eventually(t, serialWait, "PUBLISH skipped", func() bool { return r.ser.Stats().Skipped == 1 })
+	testutil.Eventually(t, serialWait, "PUBLISH skipped", func() bool { return r.ser.Stats().Skipped == 1 })
 	d.connect("p1", packet.V311, 60)
 	d.publish("sensors/p1/temp", "after", 1, 1)
 	r.waitMsg("sensors/p1/temp=after@1")

@@ -27,6 +27,7 @@ import (
 	"github.com/edgegw/edgegw/devices/framing"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -291,7 +292,7 @@ func (r *serialRig) plug() *serialDev {
 // pty echoes.
 func (r *serialRig) waitOpen(n uint64) {
 	r.t.Helper()
-	eventually(r.t, serialWait, fmt.Sprintf("device open (#%d)", n), func() bool {
+	testutil.Eventually(r.t, serialWait, fmt.Sprintf("device open (#%d)", n), func() bool {
 		st := r.ser.Stats()
 		return st.State == "open" && st.Opens == n
 	})
@@ -300,7 +301,7 @@ func (r *serialRig) waitOpen(n uint64) {
 // waitMsg waits until the subscriber got want ("topic=payload@qos").
 func (r *serialRig) waitMsg(want string) {
 	r.t.Helper()
-	eventually(r.t, serialWait, want+" at the tcp subscriber", func() bool { return r.got.count(want) > 0 })
+	testutil.Eventually(r.t, serialWait, want+" at the tcp subscriber", func() bool { return r.got.count(want) > 0 })
 }
 
 // qcollector gathers "topic=payload@qos" of received messages.

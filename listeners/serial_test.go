@@ -12,6 +12,7 @@ import (
 	"github.com/edgegw/edgegw/devices/framing"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -112,7 +113,7 @@ func TestSerialListener(t *testing.T) {
 		wg.Wait()
 		ptm.Close()
 	}()
-	eventually(t, 10*time.Second, "device open", func() bool { return ser.Stats().State == "open" })
+	testutil.Eventually(t, 10*time.Second, "device open", func() bool { return ser.Stats().State == "open" })
 
 	addr := h.tcp(nil, false)
 	var got collector
@@ -125,7 +126,7 @@ func TestSerialListener(t *testing.T) {
 	if ack := sn.expect(packet.PUBACK).(*packet.Puback); ack.PacketID != 7 {
 		t.Fatalf("puback id %d", ack.PacketID)
 	}
-	eventually(t, 10*time.Second, "reading at the tcp subscriber", func() bool { return len(got.get()) == 1 })
+	testutil.Eventually(t, 10*time.Second, "reading at the tcp subscriber", func() bool { return len(got.get()) == 1 })
 
 	// A corrupt frame is dropped and counted; the link carries on.
 	b, _ := packet.Append(nil, &packet.Publish{Topic: "sensors/s1/temp", Payload: []byte("99")}, packet.V311)
@@ -151,7 +152,7 @@ func TestSerialListener(t *testing.T) {
 	// The sensor reboots: a new CONNECT without DISCONNECT. The old
 	// connection ends abnormally (its will fires) and the new one works.
 	sn.connect("s1")
-	eventually(t, 10*time.Second, "will after reboot", func() bool {
+	testutil.Eventually(t, 10*time.Second, "will after reboot", func() bool {
 		for _, m := range got.get() {
 			if m == "sensors/s1/status=offline" {
 				return true
@@ -161,7 +162,7 @@ func TestSerialListener(t *testing.T) {
 	})
 	sn.send(&packet.Publish{Topic: "sensors/s1/temp", QoS: 1, PacketID: 8, Payload: []byte("22.0")})
 	sn.expect(packet.PUBACK)
-	eventually(t, 10*time.Second, "reading after reboot", func() bool { return len(got.get()) == 3 })
+	testutil.Eventually(t, 10*time.Second, "reading after reboot", func() bool { return len(got.get()) == 3 })
 	if st := ser.Stats(); st.Logical != 2 {
 		t.Fatalf("logical connections = %d, want 2", st.Logical)
 	}
@@ -171,5 +172,5 @@ func TestSerialListener(t *testing.T) {
 	sn.send(&packet.Disconnect{})
 	sn.send(&packet.Pingreq{})
 	sn.connect("s1")
-	eventually(t, 5*time.Second, "skipped frame counted", func() bool { return ser.Stats().Skipped == 1 })
+	testutil.Eventually(t, 5*time.Second, "skipped frame counted", func() bool { return ser.Stats().Skipped == 1 })
 }

@@ -19,6 +19,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -265,7 +266,7 @@ func TestCertReload(t *testing.T) {
 			t.Fatalf("serial %d, want 1", s)
 		}
 		p.issue("server", "gw", 2, true) // renewed in place
-		eventually(t, 5*time.Second, "renewed certificate", func() bool { return servedSerial(t, p, addr) == 2 })
+		testutil.Eventually(t, 5*time.Second, "renewed certificate", func() bool { return servedSerial(t, p, addr) == 2 })
 
 		// A broken renewal keeps the working certificate.
 		writeFile(t, cert, []byte("garbage"))
@@ -274,7 +275,7 @@ func TestCertReload(t *testing.T) {
 			t.Fatalf("serial %d after a broken renewal, want 2", s)
 		}
 		p.issue("server", "gw", 3, true)
-		eventually(t, 5*time.Second, "fixed certificate", func() bool { return servedSerial(t, p, addr) == 3 })
+		testutil.Eventually(t, 5*time.Second, "fixed certificate", func() bool { return servedSerial(t, p, addr) == 3 })
 	})
 
 	t.Run("explicit", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -169,7 +170,7 @@ func TestWebSocketPahoAcrossTransports(t *testing.T) {
 		waitTok(t, wsc.Subscribe("across/big", 1, got.handle), "subscribe")
 		big := strings.Repeat("0123456789abcdef", 20000) // 320 KB
 		waitTok(t, wsc.Publish("across/big", 1, false, big), "publish")
-		eventually(t, 10*time.Second, "big message", func() bool { return len(got.get()) == 1 })
+		testutil.Eventually(t, 10*time.Second, "big message", func() bool { return len(got.get()) == 1 })
 		if got.get()[0] != "across/big="+big {
 			t.Fatal("big message corrupted")
 		}
@@ -333,14 +334,14 @@ func TestWebSocketWriteTimeout(t *testing.T) {
 	pub := mustPaho(t, "tcp://"+h.tcp(nil, false), "flooder", nil)
 	payload := strings.Repeat("z", 64<<10)
 	closes := func() int64 { return h.srv.Stats().Closes[gateway.CloseWriteTimeout.String()] }
-	eventually(t, 30*time.Second, "write_timeout close", func() bool {
+	testutil.Eventually(t, 30*time.Second, "write_timeout close", func() bool {
 		for range 8 {
 			waitTok(t, pub.Publish("flood", 0, false, payload), "publish")
 		}
 		return closes() >= 1
 	})
 
-	eventually(t, 5*time.Second, "only the publisher connected", func() bool { return h.srv.Stats().Connections == 1 })
+	testutil.Eventually(t, 5*time.Second, "only the publisher connected", func() bool { return h.srv.Stats().Connections == 1 })
 	// The client sees the end of the stream once it drains what was sent.
 	c.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
 	for {

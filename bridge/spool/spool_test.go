@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -182,25 +184,13 @@ func TestNextWaits(t *testing.T) {
 		_, _, err := s.Next(context.Background(), 1)
 		got <- res{0, err}
 	}()
-	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.notify != nil })
+	testutil.Eventually(t, 10*time.Second, "Next waiting", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.notify != nil })
 	s.Close()
 	if r := <-got; !errors.Is(r.err, ErrClosed) {
 		t.Fatalf("Next after Close: %v", r.err)
 	}
 	if _, err := s.Append(context.Background(), testMsg(1)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Append after Close: %v", err)
-	}
-}
-
-// waitFor polls cond until it holds or a deadline passes (never a bare sleep).
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

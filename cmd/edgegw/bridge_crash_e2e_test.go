@@ -18,6 +18,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // delayProxy forwards TCP connections to target and delays what comes back
@@ -220,7 +222,7 @@ bridges:
 
 	g := startEdgegw(t, bin, "--config", cfg)
 	var lc mqtt.Client
-	waitFor(t, 10*time.Second, "edgegw listening", func() bool {
+	testutil.Eventually(t, 10*time.Second, "edgegw listening", func() bool {
 		lc = mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + local).SetClientID("local-pub").
 			SetAutoReconnect(false).SetConnectTimeout(time.Second))
 		tok := lc.Connect()
@@ -237,7 +239,7 @@ bridges:
 	}
 	lc.Disconnect(0)
 
-	waitFor(t, 30*time.Second, "the drain under way", func() bool { d, _ := count(); return d >= killAt })
+	testutil.Eventually(t, 30*time.Second, "the drain under way", func() bool { d, _ := count(); return d >= killAt })
 	g.cmd.Process.Signal(syscall.SIGKILL)
 	<-g.done
 	g.done <- nil
@@ -245,7 +247,7 @@ bridges:
 
 	px.delay.Store(0)
 	g = startEdgegw(t, bin, "--config", cfg)
-	waitFor(t, 60*time.Second, "every message upstream", func() bool { d, _ := count(); return d == n })
+	testutil.Eventually(t, 60*time.Second, "every message upstream", func() bool { d, _ := count(); return d == n })
 	// A late copy comes before a last message through the same path.
 	lc = mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + local).SetClientID("local-pub").
 		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second))
@@ -256,7 +258,7 @@ bridges:
 	if tok := lc.Publish("sensors/end", 2, false, "end"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("end marker: %v", tok.Error())
 	}
-	waitFor(t, 30*time.Second, "the end marker", func() bool { mu.Lock(); defer mu.Unlock(); return got["end"] == 1 })
+	testutil.Eventually(t, 30*time.Second, "the end marker", func() bool { mu.Lock(); defer mu.Unlock(); return got["end"] == 1 })
 
 	distinct, copies := count()
 	dups := copies - distinct
@@ -323,7 +325,7 @@ bridges:
 
 	g := startEdgegw(t, bin, "--config", cfg)
 	var lc mqtt.Client
-	waitFor(t, 10*time.Second, "edgegw listening", func() bool {
+	testutil.Eventually(t, 10*time.Second, "edgegw listening", func() bool {
 		lc = mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + local).SetClientID("local").
 			SetAutoReconnect(false).SetConnectTimeout(time.Second))
 		tok := lc.Connect()
@@ -338,7 +340,7 @@ bridges:
 	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe state: %v", tok.Error())
 	}
-	waitFor(t, 10*time.Second, "$SYS/bridge/bad/state failed", func() bool {
+	testutil.Eventually(t, 10*time.Second, "$SYS/bridge/bad/state failed", func() bool {
 		select {
 		case s := <-states:
 			return s == "$SYS/bridge/bad/state failed"
@@ -362,7 +364,7 @@ bridges:
 
 	// /healthz names the failed bridge and its cause.
 	var body string
-	waitFor(t, 10*time.Second, "/healthz 503 naming the failed bridge", func() bool {
+	testutil.Eventually(t, 10*time.Second, "/healthz 503 naming the failed bridge", func() bool {
 		resp, err := http.Get("http://" + maddr + "/healthz")
 		if err != nil {
 			return false
@@ -390,7 +392,7 @@ bridges:
 	pub.Stdin = strings.NewReader(strings.Repeat("alarm\n", refusals))
 	out, _ := pub.CombinedOutput() // it reports the refusals; the counts below are the test
 	var metrics string
-	waitFor(t, 10*time.Second, "edgegw_bridge_refused_total 89", func() bool {
+	testutil.Eventually(t, 10*time.Second, "edgegw_bridge_refused_total 89", func() bool {
 		resp, err := http.Get("http://" + maddr + "/metrics")
 		if err != nil {
 			return false

@@ -9,56 +9,28 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
-// upstream is Debian's mosquitto as the cloud broker.
-type upstream struct {
-	cmd  *exec.Cmd
-	addr string
-}
-
-// startMosquitto runs mosquitto on addr with its persistence in dir, so a
-// persistent subscriber's session survives a restart of the cloud broker.
-func startMosquitto(t *testing.T, addr, dir string) *upstream {
+// startMosquitto runs Debian's mosquitto as the cloud broker on addr with
+// its persistence in dir, so a persistent subscriber's session survives a
+// restart of the cloud broker (Stop saves it; a later startMosquitto on the
+// same dir loads it).
+func startMosquitto(t *testing.T, addr, dir string) *testutil.Mosquitto {
 	t.Helper()
-	bin := "/usr/sbin/mosquitto"
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("mosquitto not installed (make test installs it): %v", err)
-	}
 	_, port, _ := net.SplitHostPort(addr)
-	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	os.WriteFile(conf, []byte(fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\n", port, dir)), 0o600)
-	u := &upstream{cmd: exec.Command(bin, "-c", conf), addr: addr}
-	if err := u.cmd.Start(); err != nil {
-		t.Fatal(err)
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("mosquitto address %q: %v", addr, err)
 	}
-	t.Cleanup(u.stop)
-	waitFor(t, 10*time.Second, "mosquitto listening", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	// Something listens: it must be this mosquitto, not another process
-	// that took the port (mosquitto exits when it cannot bind).
-	if out, err := exec.Command("ss", "-ltnpH", "sport = :"+port).Output(); err == nil &&
-		!strings.Contains(string(out), fmt.Sprintf("pid=%d,", u.cmd.Process.Pid)) {
-		t.Fatalf("port %s is not mosquitto's (pid %d): %s", port, u.cmd.Process.Pid, out)
-	}
-	return u
-}
-
-// stop ends mosquitto gracefully, so it saves its sessions.
-func (u *upstream) stop() {
-	if u.cmd.ProcessState == nil {
-		u.cmd.Process.Signal(syscall.SIGTERM)
-		u.cmd.Wait()
-	}
+	conf := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\n", port, dir)
+	return testutil.StartMosquitto(t, conf, p)
 }
 
 // subscribeUpstream runs mosquitto_sub on the upstream until it has n
@@ -112,14 +84,14 @@ bridges:
 	// Register the persistent upstream reader first, then leave.
 	first := subscribeUpstream(ctx, t, cloud, "site-a/#", 1)
 	g := startEdgegw(t, bin, "--config", cfg)
-	waitFor(t, 10*time.Second, "edgegw listening", func() bool {
+	testutil.Eventually(t, 10*time.Second, "edgegw listening", func() bool {
 		c, err := net.Dial("tcp", local)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
 	})
-	waitFor(t, 10*time.Second, "bridge connected", func() bool { return strings.Contains(g.logs(), "connected") })
+	testutil.Eventually(t, 10*time.Second, "bridge connected", func() bool { return strings.Contains(g.logs(), "connected") })
 	pub := func(topic, msg string) {
 		t.Helper()
 		out, err := exec.CommandContext(ctx, "mosquitto_pub", "-h", lhost, "-p", lport, "-q", "1", "-t", topic, "-m", msg).CombinedOutput()
@@ -147,7 +119,7 @@ wait:
 
 	// Cloud down; messages are acknowledged locally (spooled), then edgegw
 	// is killed with SIGKILL.
-	up.stop()
+	up.Stop()
 	for i := 0; i < 20; i++ {
 		pub("sensors/t1", fmt.Sprintf("m%02d", i))
 	}
@@ -209,14 +181,14 @@ bridges:
 		return resp.StatusCode, string(b)
 	}
 	var body string
-	waitFor(t, 15*time.Second, "/healthz 503 naming the bridge", func() bool {
+	testutil.Eventually(t, 15*time.Second, "/healthz 503 naming the bridge", func() bool {
 		code, b := health()
 		body = b
 		return code == 503 && strings.Contains(b, "bridge cloud disconnected")
 	})
 	t.Logf("unhealthy: %s", strings.TrimSpace(body))
 	startMosquitto(t, cloud, t.TempDir())
-	waitFor(t, 15*time.Second, "/healthz 200 after the bridge connects", func() bool {
+	testutil.Eventually(t, 15*time.Second, "/healthz 200 after the bridge connects", func() bool {
 		code, _ := health()
 		return code == 200
 	})

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // freePort returns a 127.0.0.1 address nobody listens on right now.
@@ -94,17 +96,6 @@ func startEdgegw(t *testing.T, bin string, args ...string) *gatewayProc {
 	return g
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestBinaryWithMosquittoClients runs the real binary with a config and
 // talks to it with mosquitto_sub/mosquitto_pub, then checks /metrics,
 // /healthz, SIGHUP reload and a clean SIGTERM stop.
@@ -128,7 +119,7 @@ listeners:
 metrics: {address: "%s"}
 `, addr, maddr)), 0o600)
 	g := startEdgegw(t, bin, "--config", cfg)
-	waitFor(t, 10*time.Second, "listener", func() bool {
+	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -197,7 +188,7 @@ listeners:
 metrics: {address: "%s"}
 `, addr, maddr)), 0o600)
 	g.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, 10*time.Second, "reload logged", func() bool { return strings.Contains(g.logs(), "log_level=debug") })
+	testutil.Eventually(t, 10*time.Second, "reload logged", func() bool { return strings.Contains(g.logs(), "log_level=debug") })
 
 	g.cmd.Process.Signal(syscall.SIGTERM)
 	select {

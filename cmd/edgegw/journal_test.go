@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/edgegw/edgegw/internal/config"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // streamID is "device:inode" of f, as systemd puts in $JOURNAL_STREAM.
@@ -175,7 +176,7 @@ auth: {allow_anonymous: true, password_file: "%s", acl_file: "%s"}
 			t.Logf("edgegw stderr:\n%s", logs())
 		}
 	})
-	waitFor(t, 10*time.Second, "started", func() bool { return strings.Contains(logs(), "edgegw started") })
+	testutil.Eventually(t, 10*time.Second, "started", func() bool { return strings.Contains(logs(), "edgegw started") })
 
 	pub := func(args ...string) error {
 		return exec.Command("mosquitto_pub", append([]string{"-h", host, "-p", port, "-t", "a/b", "-m", "x"}, args...)...).Run()
@@ -186,11 +187,11 @@ auth: {allow_anonymous: true, password_file: "%s", acl_file: "%s"}
 	if err := pub("-i", "bad", "-u", "alice", "-P", "wrong"); err == nil {
 		t.Fatal("a wrong password was accepted")
 	}
-	waitFor(t, 10*time.Second, "closes", func() bool { return strings.Count(logs(), `msg="client closed"`) >= 2 })
+	testutil.Eventually(t, 10*time.Second, "closes", func() bool { return strings.Count(logs(), `msg="client closed"`) >= 2 })
 
 	os.WriteFile(acl, []byte("user alice\ntopic sometimes #\n"), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, 10*time.Second, "reload", func() bool { return strings.Contains(logs(), "reload incomplete") })
+	testutil.Eventually(t, 10*time.Second, "reload", func() bool { return strings.Contains(logs(), "reload incomplete") })
 
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {

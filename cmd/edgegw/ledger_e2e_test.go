@@ -21,6 +21,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/internal/metrics"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // reset closes every connection through the proxy (an uplink reset).
@@ -132,7 +133,7 @@ bridges:
 	}()
 	defer func() { reader.Process.Kill(); <-readDone; reader.Wait() }()
 	prober := mqttClient(t, cloud, "cloud-prober", false)
-	waitFor(t, 10*time.Second, "the cloud reader subscribed", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the cloud reader subscribed", func() bool {
 		mustToken(t, "probe", prober.Publish("probe/x", 1, false, "p"))
 		mu.Lock()
 		defer mu.Unlock()
@@ -146,7 +147,7 @@ bridges:
 		lc        mqtt.Client
 	)
 	connectLocal := func() {
-		waitFor(t, 10*time.Second, "edgegw listening", func() bool {
+		testutil.Eventually(t, 10*time.Second, "edgegw listening", func() bool {
 			lc = mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + local).SetClientID("local-pub").
 				SetAutoReconnect(false).SetConnectTimeout(time.Second))
 			tok := lc.Connect()
@@ -195,17 +196,17 @@ bridges:
 	// messages) overflows and drops the oldest.
 	px.delay.Store(int64(time.Hour))
 	waitAcked(burst(800))
-	waitFor(t, 10*time.Second, "spool overflow", func() bool { return ledger().Dropped["spool_full"] > 0 })
+	testutil.Eventually(t, 10*time.Second, "spool overflow", func() bool { return ledger().Dropped["spool_full"] > 0 })
 	// Readings with a max_age of 300 ms, kept past it by the outage.
 	waitAcked(burstTo("stale/t", 50))
 	staleBy := time.Now().Add(400 * time.Millisecond)
-	waitFor(t, 5*time.Second, "the stale readings expired", func() bool { return time.Now().After(staleBy) })
+	testutil.Eventually(t, 5*time.Second, "the stale readings expired", func() bool { return time.Now().After(staleBy) })
 	// 3. The uplink heals and the backlog drains (the stale readings are
 	// dropped as the sender reaches them); then resets while traffic
 	// flows.
 	px.delay.Store(0)
 	px.reset()
-	waitFor(t, 30*time.Second, "the backlog drained", func() bool { l := ledger(); return l.Queued+l.InFlight == 0 })
+	testutil.Eventually(t, 30*time.Second, "the backlog drained", func() bool { l := ledger(); return l.Queued+l.InFlight == 0 })
 	for range 3 {
 		toks := burst(150)
 		px.reset()
@@ -215,7 +216,7 @@ bridges:
 	// messages are in flight and queued.
 	px.delay.Store(int64(50 * time.Millisecond))
 	toks := burst(400)
-	waitFor(t, 10*time.Second, "half the burst acked", func() bool {
+	testutil.Eventually(t, 10*time.Second, "half the burst acked", func() bool {
 		n := 0
 		for _, tok := range toks {
 			if tok.WaitTimeout(0) {
@@ -244,7 +245,7 @@ bridges:
 	defer lc.Disconnect(0)
 	waitAcked(burst(200))
 	var l *metrics.Ledger
-	waitFor(t, 60*time.Second, "the spool drained", func() bool {
+	testutil.Eventually(t, 60*time.Second, "the spool drained", func() bool {
 		l = ledger()
 		return l.Queued == 0 && l.InFlight == 0 && l.Accepted > 0
 	})

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 var (
@@ -106,7 +108,7 @@ bridges:
       - {pattern: "sensors/#", direction: out, qos: 1}
 `, local, tty, maddr, t.TempDir(), dead, cloud)), 0o600)
 	g := startEdgegw(t, bin, "--config", cfg)
-	waitFor(t, 15*time.Second, "bridge connected", func() bool { return strings.Contains(g.logs(), `msg="uplink connected"`) })
+	testutil.Eventually(t, 15*time.Second, "bridge connected", func() bool { return strings.Contains(g.logs(), `msg="uplink connected"`) })
 
 	resp, err := http.Get("http://" + maddr + "/metrics")
 	if err != nil {
@@ -142,7 +144,7 @@ bridges:
 	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
-	waitFor(t, 25*time.Second, "the broker's $SYS topics", func() bool {
+	testutil.Eventually(t, 25*time.Second, "the broker's $SYS topics", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // notifySocket is a fake systemd: a unixgram socket collecting sd_notify
@@ -87,8 +89,8 @@ func TestSystemdNotify(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- sv.run(ctx) }()
 
-	waitFor(t, 5*time.Second, "READY=1", func() bool { return ns.count("READY=1") == 1 })
-	waitFor(t, 5*time.Second, "three watchdog pings", func() bool { return ns.count("WATCHDOG=1") >= 3 })
+	testutil.Eventually(t, 5*time.Second, "READY=1", func() bool { return ns.count("READY=1") == 1 })
+	testutil.Eventually(t, 5*time.Second, "three watchdog pings", func() bool { return ns.count("WATCHDOG=1") >= 3 })
 	if ns.count("STATUS=3 clients connected") == 0 {
 		t.Fatal("no STATUS= line")
 	}
@@ -103,13 +105,13 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	// Recovered: pings resume.
 	wedged.Store(false)
-	waitFor(t, 5*time.Second, "pings after recovery", func() bool { return ns.count("WATCHDOG=1") > before })
+	testutil.Eventually(t, 5*time.Second, "pings after recovery", func() bool { return ns.count("WATCHDOG=1") > before })
 
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "STOPPING=1", func() bool { return ns.count("STOPPING=1") == 1 })
+	testutil.Eventually(t, 5*time.Second, "STOPPING=1", func() bool { return ns.count("STOPPING=1") == 1 })
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // persistEnv is the real binary with persistence.dir, driven by
@@ -43,7 +45,7 @@ persistence: {dir: "%s", sync: %s, sync_interval: 20ms}
 
 func (e *persistEnv) start() {
 	e.g = startEdgegw(e.t, e.bin, "--config", e.cfg)
-	waitFor(e.t, 10*time.Second, "edgegw listening", func() bool {
+	testutil.Eventually(e.t, 10*time.Second, "edgegw listening", func() bool {
 		c, err := net.Dial("tcp", e.addr)
 		if err == nil {
 			c.Close()
@@ -212,7 +214,7 @@ func TestBinaryExpiredSessionLeavesNothing(t *testing.T) {
 	if !bytes.Contains(e.stateBytes(), []byte("short-lived-payload")) && e.metric("edgegw_sessions_expired_total") == "0" {
 		t.Fatal("queued message of a live persistent session not on disk")
 	}
-	waitFor(t, 10*time.Second, "session expiry", func() bool { return e.metric("edgegw_sessions_expired_total") == "1" })
+	testutil.Eventually(t, 10*time.Second, "session expiry", func() bool { return e.metric("edgegw_sessions_expired_total") == "1" })
 	e.stop(syscall.SIGTERM)
 	if b := e.stateBytes(); bytes.Contains(b, []byte("short-lived")) || len(b) == 0 {
 		t.Fatalf("expired session still on disk (%d bytes)", len(b))
@@ -243,7 +245,7 @@ bridges:
       - {pattern: "cmd/#", direction: in, qos: 1}
 `, cloud)...), 0o600)
 	e.start()
-	waitFor(t, 10*time.Second, "bridge connected", func() bool { return strings.Contains(e.g.logs(), "connected") })
+	testutil.Eventually(t, 10*time.Second, "bridge connected", func() bool { return strings.Contains(e.g.logs(), "connected") })
 	e.run("mosquitto_sub", "-c", "-i", "actuator", "-q", "1", "-t", "cmd/#", "-E")
 	for i := range 5 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -255,7 +257,7 @@ bridges:
 		}
 	}
 	// Acknowledged upstream (the bridge counts it after the gateway kept it).
-	waitFor(t, 15*time.Second, "5 commands received", func() bool {
+	testutil.Eventually(t, 15*time.Second, "5 commands received", func() bool {
 		return e.metric(`edgegw_bridge_received_total{bridge="cloud"}`) == "5"
 	})
 	e.stop(syscall.SIGKILL)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // seen collects the messages an MQTT client received, by topic.
@@ -113,14 +115,14 @@ bridges:
 
 	g := startEdgegw(t, bin, "--config", cfg)
 	connected := func() int { return strings.Count(g.logs(), `msg="uplink connected"`) }
-	waitFor(t, 10*time.Second, "bridge connected", func() bool { return connected() == 1 })
+	testutil.Eventually(t, 10*time.Second, "bridge connected", func() bool { return connected() == 1 })
 	reloads := 0
 	hup := func(keepalive string, rules ...string) {
 		t.Helper()
 		writeCfg(keepalive, rules...)
 		reloads++
 		g.cmd.Process.Signal(syscall.SIGHUP)
-		waitFor(t, 10*time.Second, "reload", func() bool { return strings.Count(g.logs(), `msg=reloaded`) == reloads })
+		testutil.Eventually(t, 10*time.Second, "reload", func() bool { return strings.Count(g.logs(), `msg=reloaded`) == reloads })
 		if strings.Contains(g.logs(), "need a restart") {
 			t.Fatalf("reload asks for a restart:\n%s", g.logs())
 		}
@@ -136,8 +138,8 @@ bridges:
 	}
 
 	// Cloud down: a backlog is spooled, then an out and an in rule are added.
-	up.stop()
-	waitFor(t, 10*time.Second, "bridge disconnected", func() bool { return strings.Contains(g.logs(), `msg="uplink disconnected"`) })
+	up.Stop()
+	testutil.Eventually(t, 10*time.Second, "bridge disconnected", func() bool { return strings.Contains(g.logs(), `msg="uplink disconnected"`) })
 	for i := 1; i <= 20; i++ {
 		publish(pub, fmt.Sprintf("sensors/a/%d", i))
 	}
@@ -152,7 +154,7 @@ bridges:
 	// (the spool drains only on PUBACKs read from the wire).
 	// 22 acknowledgements: sensors/a/0, the 20 spooled while down, and
 	// alerts/fire, which only the reloaded rules take.
-	waitFor(t, 30*time.Second, "the spool drained into the cloud", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the spool drained into the cloud", func() bool {
 		return metricValue(t, maddr, `edgegw_bridge_spool_messages{bridge="cloud"}`) == 0 &&
 			metricValue(t, maddr, `edgegw_bridge_acked_total{bridge="cloud"}`) >= 22
 	})
@@ -169,7 +171,7 @@ bridges:
 	sub := mqttClient(t, local, "local-sub", false)
 	mustToken(t, "local subscribe", sub.Subscribe("#", 1, atLocal.handler))
 	cloudPub := mqttClient(t, cloud, "cloud-pub", false)
-	waitFor(t, 10*time.Second, "cmd/go from the cloud", func() bool {
+	testutil.Eventually(t, 10*time.Second, "cmd/go from the cloud", func() bool {
 		publish(cloudPub, "cmd/go")
 		return atLocal.has("cmd/go")
 	})
@@ -179,7 +181,7 @@ bridges:
 	if !strings.Contains(g.logs(), "subscribed 1, unsubscribed 1 on the live connection") {
 		t.Fatalf("the live connection's subscriptions were not changed:\n%s", g.logs())
 	}
-	waitFor(t, 10*time.Second, "ota/x from the cloud", func() bool {
+	testutil.Eventually(t, 10*time.Second, "ota/x from the cloud", func() bool {
 		publish(cloudPub, "ota/x")
 		return atLocal.has("ota/x")
 	})
@@ -187,13 +189,13 @@ bridges:
 	// the removed topic did not pass.
 	publish(pub, "alerts/fire2")
 	publish(pub, "sensors/fence")
-	waitFor(t, 10*time.Second, "sensors/fence at the cloud", func() bool { return atCloud.has("sensors/fence") })
+	testutil.Eventually(t, 10*time.Second, "sensors/fence at the cloud", func() bool { return atCloud.has("sensors/fence") })
 	if atCloud.has("alerts/fire2") {
 		t.Fatal("alerts/fire2 reached the cloud after its rule was removed")
 	}
 	publish(cloudPub, "cmd/stop")
 	publish(cloudPub, "ota/fence")
-	waitFor(t, 10*time.Second, "ota/fence locally", func() bool { return atLocal.has("ota/fence") })
+	testutil.Eventually(t, 10*time.Second, "ota/fence locally", func() bool { return atLocal.has("ota/fence") })
 	if atLocal.has("cmd/stop") {
 		t.Fatal("cmd/stop arrived locally after its rule was removed")
 	}
@@ -206,9 +208,9 @@ bridges:
 	if !strings.Contains(g.logs(), `changed=keepalive`) {
 		t.Fatalf("keepalive change not logged:\n%s", g.logs())
 	}
-	waitFor(t, 10*time.Second, "reconnected", func() bool { return connected() == 3 })
+	testutil.Eventually(t, 10*time.Second, "reconnected", func() bool { return connected() == 3 })
 	publish(pub, "sensors/after")
-	waitFor(t, 10*time.Second, "sensors/after at the cloud", func() bool { return atCloud.has("sensors/after") })
+	testutil.Eventually(t, 10*time.Second, "sensors/after at the cloud", func() bool { return atCloud.has("sensors/after") })
 }
 
 // metricValue reads one series' value from the binary's /metrics (-1 when

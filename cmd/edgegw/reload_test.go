@@ -12,6 +12,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestReloadACL: a changed ACL file takes effect on SIGHUP while connected
@@ -33,7 +35,7 @@ metrics: {address: ""}
 auth: {allow_anonymous: true, acl_file: "%s"}
 `, addr, acl)), 0o600)
 	g := startEdgegw(t, bin, "--config", cfg)
-	waitFor(t, 10*time.Second, "listener", func() bool {
+	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -81,16 +83,16 @@ auth: {allow_anonymous: true, acl_file: "%s"}
 
 	publish("b/denied")
 	publish("a/allowed") // arrives after b/denied would have
-	waitFor(t, 10*time.Second, "a/allowed", func() bool { return has("a/allowed") })
+	testutil.Eventually(t, 10*time.Second, "a/allowed", func() bool { return has("a/allowed") })
 	if has("b/denied") {
 		t.Fatal("b/denied delivered although the ACL forbids writing b/#")
 	}
 
 	os.WriteFile(acl, []byte("topic read #\ntopic write a/#\ntopic write b/#\n"), 0o600)
 	g.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, 10*time.Second, "reload", func() bool { return strings.Contains(g.logs(), "msg=reloaded") })
+	testutil.Eventually(t, 10*time.Second, "reload", func() bool { return strings.Contains(g.logs(), "msg=reloaded") })
 	publish("b/now-allowed")
-	waitFor(t, 10*time.Second, "b/now-allowed", func() bool { return has("b/now-allowed") })
+	testutil.Eventually(t, 10*time.Second, "b/now-allowed", func() bool { return has("b/now-allowed") })
 	lost.Range(func(k, _ any) bool {
 		t.Errorf("client %v lost its connection across the reload", k)
 		return true

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func TestBinarySecurity(t *testing.T) {
@@ -54,7 +56,7 @@ limits: {max_topic_levels: 8, max_subscriptions: 2}
 auth: {allow_anonymous: false, password_file: %s, acl_file: %s}
 `, addr, filepath.Join(dir, "passwd"), filepath.Join(dir, "acl"))), 0o600)
 	startEdgegw(t, buildEdgegw(t), "--config", cfg)
-	waitFor(t, 10*time.Second, "listener", func() bool {
+	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -89,7 +91,7 @@ auth: {allow_anonymous: false, password_file: %s, acl_file: %s}
 			t.Fatal(err)
 		}
 		// Wait until alice has the retained message (she is subscribed).
-		waitFor(t, 10*time.Second, "retained message", func() bool { return strings.Contains(out.String(), "rok") })
+		testutil.Eventually(t, 10*time.Second, "retained message", func() bool { return strings.Contains(out.String(), "rok") })
 		pub("bob", "-t", "shared/secret/x", "-m", "leak")
 		pub("bob", "-t", "shared/public/x", "-m", "ok")
 		sub.Wait()

@@ -16,6 +16,8 @@ import (
 
 	"github.com/creack/pty"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // ptyWire is two pseudo-terminals whose masters are copied into each other:
@@ -81,14 +83,14 @@ listeners:
 metrics: {address: ""}
 `, addr, gwTTY)), 0o600)
 	g := startEdgegw(t, bin, "--config", cfg)
-	waitFor(t, 10*time.Second, "listener", func() bool {
+	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
 	})
-	waitFor(t, 10*time.Second, "serial link open", func() bool { return strings.Contains(g.logs(), gwTTY) })
+	testutil.Eventually(t, 10*time.Second, "serial link open", func() bool { return strings.Contains(g.logs(), gwTTY) })
 
 	got := make(chan string, 10)
 	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("watch"))

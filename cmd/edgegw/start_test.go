@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/internal/config"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestFailedStartReleasesWhatItTook: when the metrics address cannot be
@@ -44,7 +45,7 @@ func TestFailedStartReleasesWhatItTook(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, log) }()
-	waitFor(t, 10*time.Second, "corrected start listening", func() bool {
+	testutil.Eventually(t, 10*time.Second, "corrected start listening", func() bool {
 		c, err := net.Dial("tcp", free)
 		if err == nil {
 			c.Close()

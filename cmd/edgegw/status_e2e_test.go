@@ -28,6 +28,7 @@ import (
 
 	"github.com/edgegw/edgegw/devices/framing"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/status.golden.json")
@@ -47,7 +48,7 @@ type statusEnv struct {
 	dir               string
 	local, cloud, web string
 	tls               string
-	up                *upstream
+	up                *testutil.Mosquitto
 	cloudData         string
 	g                 *gatewayProc
 	serial            *os.File // the sensor's end of the pty
@@ -200,7 +201,7 @@ func (e *statusEnv) doc() (statusDoc, string) {
 func (e *statusEnv) waitJSON(what string, cond func(statusDoc) bool) string {
 	e.t.Helper()
 	var body string
-	waitFor(e.t, 20*time.Second, what, func() bool {
+	testutil.Eventually(e.t, 20*time.Second, what, func() bool {
 		d, b := e.doc()
 		body = b
 		return len(d.Bridges) > 0 && cond(d)
@@ -388,7 +389,7 @@ func TestBinaryStatusPage(t *testing.T) {
 	}
 
 	// Outage: the cloud broker stops; local messages are spooled.
-	e.up.stop()
+	e.up.Stop()
 	e.waitJSON("bridge down", func(d statusDoc) bool { return d.Bridges[0].State == "disconnected" })
 	for i := range 5 {
 		e.pub(ctx, "sensors/lan/t", fmt.Sprint("down", i))

@@ -11,19 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+	"github.com/edgegw/edgegw/internal/testutil"
+)
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer struct {
@@ -97,14 +87,14 @@ func TestLinkLifecycle(t *testing.T) {
 	})
 
 	// Missing at start: waiting, with failed attempts, logged once.
-	eventually(t, "state waiting", func() bool { return l.State() == StateWaiting && l.Stats().Failures >= 3 })
+	testutil.Eventually(t, 10*time.Second, "state waiting", func() bool { return l.State() == StateWaiting && l.Stats().Failures >= 3 })
 
 	// The device appears.
 	master, slave, closeSlave := newPty(t)
 	if err := os.Symlink(slave, path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "state open", func() bool { return l.State() == StateOpen })
+	testutil.Eventually(t, 10*time.Second, "state open", func() bool { return l.State() == StateOpen })
 	if got := readN(t, master, 2); string(got) != "hi" {
 		t.Fatalf("master read %q", got)
 	}
@@ -125,7 +115,7 @@ func TestLinkLifecycle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("handler did not return when the device vanished")
 	}
-	eventually(t, "reopen attempts", func() bool {
+	testutil.Eventually(t, 10*time.Second, "reopen attempts", func() bool {
 		s := l.Stats()
 		return s.Lost == 1 && s.Failures >= failuresBefore+3 && l.State() != StateOpen
 	})
@@ -185,7 +175,7 @@ func TestLinkBackoff(t *testing.T) {
 		},
 	}, nil)
 	stop := runLink(t, l, func(context.Context, io.ReadWriteCloser) error { return nil })
-	eventually(t, "8 attempts", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 8 })
+	testutil.Eventually(t, 10*time.Second, "8 attempts", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 8 })
 	stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -206,7 +196,7 @@ func TestLinkHandlerReturnsNil(t *testing.T) {
 	_, slave, _ := newPty(t)
 	l := NewLink(LinkConfig{Port: Config{Path: slave}, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}, nil)
 	stop := runLink(t, l, func(context.Context, io.ReadWriteCloser) error { return nil })
-	eventually(t, "reopened", func() bool { return l.Stats().Opens >= 3 })
+	testutil.Eventually(t, 10*time.Second, "reopened", func() bool { return l.Stats().Opens >= 3 })
 	stop()
 	if l.Stats().Lost < 2 {
 		t.Fatalf("stats %+v", l.Stats())

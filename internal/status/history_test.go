@@ -11,21 +11,10 @@ import (
 
 	"github.com/edgegw/edgegw/bridge"
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// waitFor polls cond until it holds or d has passed.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // TestRingIsBounded: the history keeps exactly its last Samples samples.
 func TestRingIsBounded(t *testing.T) {
@@ -97,7 +86,7 @@ func TestHistorySamplesABridge(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
-	waitFor(t, 5*time.Second, "history full", func() bool {
+	testutil.Eventually(t, 5*time.Second, "history full", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		r := h.rings["cloud"]
