@@ -950,7 +950,8 @@ func (s *session) send(ctx context.Context, win *sendWindow, pending chan<- infl
 }
 
 // ack is the session's acker and ack watchdog: it waits for publishes in
-// send order (MQTT acks QoS 1/2 in order [MQTT-4.6.0-2]), frees their
+// send order (acknowledgements come in that order; 5.0 §4.6 requires
+// it of clients, [MQTT-4.6.0-2]), frees their
 // window slots, and tears the uplink down if the oldest one is older than
 // ack_timeout with nothing read from upstream since it was sent.
 func (s *session) ack(ctx context.Context, win *sendWindow, pending <-chan inflight) {

@@ -37,7 +37,7 @@ func (c *lockedConn) Read(p []byte) (int, error) {
 }
 
 // refused311 reports whether the broker answered with a 3.1.1 CONNACK
-// "unacceptable protocol version" (return code 1) [MQTT-3.1.2-2] (3.1.1).
+// "unacceptable protocol version" (return code 1) [MQTT-3.1.2-2](3.1.1).
 func (c *lockedConn) refused311() bool {
 	return len(c.first) == 4 && c.first[0] == 0x20 && c.first[1] == 2 && c.first[3] == 1
 }
@@ -85,7 +85,8 @@ func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
 	}
 	if !b.cfg.CleanSession {
 		// A persistent session: kept by the broker until the bridge comes
-		// back, as clean_session false does over 3.1.1 [MQTT-3.1.2-23].
+		// back [MQTT-3.1.2-23], as clean_session false does over 3.1.1
+		// [MQTT-3.1.2-4](3.1.1).
 		never := uint32(0xFFFFFFFF)
 		cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: &never}
 	}

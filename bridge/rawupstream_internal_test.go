@@ -45,7 +45,7 @@ type RawUpstream struct {
 
 // RefuseV5 makes the server answer an MQTT 5 CONNECT as a broker that
 // speaks only 3.1.1: CONNACK "unacceptable protocol version" (return code
-// 1), then close [MQTT-3.1.2-2] (3.1.1).
+// 1), then close [MQTT-3.1.2-2](3.1.1).
 func (u *RawUpstream) RefuseV5() {
 	u.mu.Lock()
 	u.refuseV5 = true

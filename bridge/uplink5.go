@@ -116,7 +116,8 @@ type inflight5 struct {
 
 // quotaQoS is the QoS under which a publish takes room in the send
 // window: over MQTT 5 the window's QoS 2 count is the broker's receive
-// quota, which QoS 1 and QoS 2 publishes take alike [MQTT-4.9.0-1].
+// quota [MQTT-4.9.0-1], which QoS 1 and QoS 2 publishes take alike
+// [MQTT-4.9.0-2].
 func quotaQoS(qos byte) byte {
 	if qos > 0 {
 		return 2
@@ -232,8 +233,9 @@ func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- infl
 
 // refuseLocally returns the reason code a broker would refuse m with,
 // from what its CONNACK announced, or 0: such a message is never sent
-// (the broker would close the connection, [MQTT-3.2.2-12] and
-// [MQTT-3.1.2-24]), it is dropped and counted.
+// (a client must not send it: [MQTT-3.2.2-15] size, [MQTT-3.2.2-11] QoS,
+// [MQTT-3.2.2-14] retain; the broker would close the connection), it is
+// dropped and counted.
 func (s *uplink5) refuseLocally(m spool.Message, size int) byte {
 	switch {
 	case s.maxPacket > 0 && size > s.maxPacket:

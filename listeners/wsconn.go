@@ -24,7 +24,7 @@ import (
 
 // ErrTextFrame is returned by a WebSocket connection's Read when the client
 // sends a text frame: MQTT over WebSocket uses binary frames only
-// (MQTT 3.1.1 section 6, [MQTT-6.0.0-1]).
+// (5.0 and 3.1.1 §6, [MQTT-6.0.0-1]).
 var ErrTextFrame = errors.New("websocket: text frame received; MQTT over WebSocket requires binary frames")
 
 // maxCloseFrameWait bounds the best-effort close frame: Close may run on a

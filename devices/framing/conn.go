@@ -254,8 +254,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 
 // packetLen returns the total length of the MQTT control packet that starts
 // at b, or 0 if b does not yet hold its whole fixed header. The remaining
-// length is a variable byte integer of at most 4 bytes [MQTT-1.5.5] (3.1.1:
-// section 2.2.3).
+// length is a variable byte integer of at most 4 bytes, 5.0 §1.5.5
+// (3.1.1 §2.2.3).
 func packetLen(b []byte) (int, error) {
 	rem, mult := 0, 1
 	for i := 1; i <= 4; i++ {

@@ -7,7 +7,7 @@ import "fmt"
 // error and the log text.
 type ReasonCode byte
 
-// v5 reason codes, v5 spec section 2.4.
+// v5 reason codes, 5.0 §2.4.
 const (
 	Success                     ReasonCode = 0x00 // also NormalDisconnection, GrantedQoS0
 	GrantedQoS1                 ReasonCode = 0x01
@@ -60,7 +60,7 @@ const (
 	GrantedQoS0         ReasonCode = Success
 )
 
-// CONNACK return codes of MQTT 3.1 and 3.1.1 [MQTT-3.2.2.3].
+// CONNACK return codes of MQTT 3.1 and 3.1.1, 3.1.1 §3.2.2.3.
 const (
 	V3Accepted                     ReasonCode = 0x00
 	V3RefusedProtocolVersion       ReasonCode = 0x01

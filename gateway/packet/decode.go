@@ -20,7 +20,7 @@ import (
 )
 
 const (
-	// maxVarint is the largest Variable Byte Integer (4 bytes), [MQTT-1.5.5].
+	// maxVarint is the largest Variable Byte Integer (4 bytes), 5.0 §1.5.5.
 	maxVarint = 268435455
 	// DefaultMaxSize is the largest possible packet: 1 type byte, 4 length
 	// bytes and a remaining length of 268435455. Decode uses it when
@@ -109,7 +109,7 @@ func readFixedHeader(r *bufio.Reader, v Version, maxSize int) (first byte, remai
 			break
 		}
 		if lenBytes == 4 {
-			return 0, 0, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // [MQTT-1.5.5] v5, 2.2.3 3.1.1
+			return 0, 0, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // 5.0 §1.5.5, 3.1.1 §2.2.3
 		}
 	}
 	if err := checkSize(1+lenBytes+remaining, maxSize); err != nil {
@@ -274,7 +274,7 @@ func DecodeBytes(b []byte, v Version, maxSize int) (Packet, int, error) {
 			break
 		}
 		if i == 5 {
-			return nil, 0, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // [MQTT-1.5.5] v5, 2.2.3 3.1.1
+			return nil, 0, Errorf(MalformedPacket, "remaining length longer than 4 bytes") // 5.0 §1.5.5, 3.1.1 §2.2.3
 		}
 	}
 	total := i + remaining
@@ -305,8 +305,9 @@ func checkSize(total, maxSize int) error {
 		maxSize = DefaultMaxSize
 	}
 	if total > maxSize {
-		// v5 [MQTT-3.2.2-15] / [MQTT-3.1.2-24]: the receiver of a packet
-		// larger than its Maximum Packet Size disconnects with 0x95.
+		// No sender exceeds the receiver's Maximum Packet Size ([MQTT-3.2.2-15]
+		// client, [MQTT-3.1.2-24] server); a receiver sent a larger packet
+		// disconnects with 0x95 (5.0 §3.1.2.11.4, §3.2.2.3.6).
 		return Errorf(PacketTooLarge, "packet of %d bytes exceeds the limit of %d", total, maxSize)
 	}
 	return nil
@@ -319,7 +320,7 @@ func checkHeader(first byte, v Version) error {
 	switch v {
 	case 0:
 		if t != CONNECT {
-			// [MQTT-3.1.0-1] (3.1.1 and v5): the first packet from the
+			// [MQTT-3.1.0-1]: the first packet from the
 			// client MUST be CONNECT.
 			if looksLikeHTTP(first) {
 				return Errorf(ProtocolError, "first packet is %s, not CONNECT (an HTTP request on the MQTT port?)", t)
@@ -332,17 +333,17 @@ func checkHeader(first byte, v Version) error {
 	}
 	switch t {
 	case 0:
-		return Errorf(MalformedPacket, "reserved packet type 0") // [MQTT-2.2.1] 3.1.1, v5 2.1.2
+		return Errorf(MalformedPacket, "reserved packet type 0") // 5.0 §2.1.2, 3.1.1 §2.2.1
 	case AUTH:
 		if v != V5 && v != 0 {
-			return Errorf(MalformedPacket, "packet type 15 is reserved before MQTT 5") // 3.1.1 2.2.1
+			return Errorf(MalformedPacket, "packet type 15 is reserved before MQTT 5") // 3.1.1 §2.2.1
 		}
 	case PUBLISH:
 		if flags&0x06 == 0x06 {
-			return Errorf(MalformedPacket, "publish with qos 3") // [MQTT-3.3.1-4] 3.1.1 and v5
+			return Errorf(MalformedPacket, "publish with qos 3") // [MQTT-3.3.1-4]
 		}
 		if flags&0x08 != 0 && flags&0x06 == 0 {
-			return Errorf(MalformedPacket, "dup flag set on a qos 0 publish") // [MQTT-3.3.1-2] 3.1.1 and v5
+			return Errorf(MalformedPacket, "dup flag set on a qos 0 publish") // [MQTT-3.3.1-2]
 		}
 		return nil
 	case PUBREL, SUBSCRIBE, UNSUBSCRIBE:
@@ -351,7 +352,7 @@ func checkHeader(first byte, v Version) error {
 			flags &^= 0x08
 		}
 		if flags != 0x02 {
-			// [MQTT-3.6.1-1], [MQTT-3.8.1-1], [MQTT-3.10.1-1] (3.1.1 and v5)
+			// [MQTT-3.6.1-1], [MQTT-3.8.1-1], [MQTT-3.10.1-1]
 			return Errorf(MalformedPacket, "%s fixed header flags 0x%x, want 0x2", t, flags)
 		}
 		return nil
@@ -360,7 +361,7 @@ func checkHeader(first byte, v Version) error {
 		if v == 0 && first == 0x16 {
 			return Errorf(MalformedPacket, "CONNECT fixed header flags 0x6 (a TLS handshake on a plain MQTT port?)")
 		}
-		return Errorf(MalformedPacket, "%s fixed header flags 0x%x, want 0", t, flags) // [MQTT-2.2.2-1], [MQTT-2.2.2-2] 3.1.1; v5 2.1.3
+		return Errorf(MalformedPacket, "%s fixed header flags 0x%x, want 0", t, flags) // [MQTT-2.1.3-1], [MQTT-2.2.2-1](3.1.1), [MQTT-2.2.2-2](3.1.1)
 	}
 	return nil
 }
@@ -416,7 +417,7 @@ func (d *decoder) u32() (uint32, error) {
 	return v, nil
 }
 
-// varint reads a Variable Byte Integer of at most 4 bytes, [MQTT-1.5.5] v5.
+// varint reads a Variable Byte Integer of at most 4 bytes, 5.0 §1.5.5.
 func (d *decoder) varint() (int, error) {
 	v := 0
 	for i, mult := 0, 1; i < 4; i, mult = i+1, mult<<7 {
@@ -429,7 +430,7 @@ func (d *decoder) varint() (int, error) {
 			return v, nil
 		}
 	}
-	return 0, Errorf(MalformedPacket, "variable byte integer longer than 4 bytes") // [MQTT-1.5.5-1] v5
+	return 0, Errorf(MalformedPacket, "variable byte integer longer than 4 bytes") // 5.0 §1.5.5
 }
 
 // raw reads a two-byte length and that many bytes, as a sub-slice.
@@ -462,7 +463,7 @@ func (d *decoder) str() (string, error) {
 		return "", err
 	}
 	if !validString(b) {
-		// [MQTT-1.5.3-1], [MQTT-1.5.3-2] 3.1.1; [MQTT-1.5.4-1], [MQTT-1.5.4-2] v5
+		// [MQTT-1.5.4-1], [MQTT-1.5.4-2]; [MQTT-1.5.3-1](3.1.1), [MQTT-1.5.3-2](3.1.1)
 		return "", Errorf(MalformedPacket, "string is not well-formed UTF-8 or contains U+0000")
 	}
 	return string(b), nil
@@ -475,7 +476,7 @@ func (d *decoder) packetID() (uint16, error) {
 		return 0, err
 	}
 	if id == 0 {
-		return 0, Errorf(MalformedPacket, "packet identifier 0") // [MQTT-2.3.1-1] 3.1.1, [MQTT-2.2.1-3] v5
+		return 0, Errorf(MalformedPacket, "packet identifier 0") // [MQTT-2.2.1-3], [MQTT-2.3.1-1](3.1.1)
 	}
 	return id, nil
 }
@@ -551,8 +552,8 @@ func (d *decoder) connect() (Packet, error) {
 	case name == "MQTT" && (c.Version == V311 || c.Version == V5):
 	case name == "MQIsdp" && c.Version == V31:
 	default:
-		// [MQTT-3.1.2-1], [MQTT-3.1.2-2] 3.1.1 (CONNACK 0x01); v5 3.1.2.1,
-		// 3.1.2.2 (CONNACK 0x84). The partial Connect lets the broker pick.
+		// [MQTT-3.1.2-1], [MQTT-3.1.2-2] (CONNACK 0x84); [MQTT-3.1.2-1](3.1.1),
+		// [MQTT-3.1.2-2](3.1.1) (CONNACK 0x01). The partial Connect lets the broker pick.
 		return &Connect{ProtocolName: name, Version: Version(level)},
 			Errorf(UnsupportedProtocolVersion, "protocol %q level %d", name, level)
 	}
@@ -561,7 +562,7 @@ func (d *decoder) connect() (Packet, error) {
 		return nil, err
 	}
 	if flags&0x01 != 0 {
-		return nil, Errorf(MalformedPacket, "connect flags reserved bit set") // [MQTT-3.1.2-3] 3.1.1 and v5
+		return nil, Errorf(MalformedPacket, "connect flags reserved bit set") // [MQTT-3.1.2-3]
 	}
 	c.CleanStart = flags&0x02 != 0
 	willFlag := flags&0x04 != 0
@@ -570,13 +571,13 @@ func (d *decoder) connect() (Packet, error) {
 	c.PasswordFlag = flags&0x40 != 0
 	c.UsernameFlag = flags&0x80 != 0
 	if !willFlag && (willQoS != 0 || willRetain) {
-		return nil, Errorf(MalformedPacket, "will qos or retain set without the will flag") // [MQTT-3.1.2-11], [MQTT-3.1.2-13] 3.1.1; v5 [MQTT-3.1.2-11], [MQTT-3.1.2-13]
+		return nil, Errorf(MalformedPacket, "will qos or retain set without the will flag") // [MQTT-3.1.2-11], [MQTT-3.1.2-13]; [MQTT-3.1.2-11](3.1.1), [MQTT-3.1.2-13](3.1.1), [MQTT-3.1.2-15](3.1.1)
 	}
 	if willQoS == 3 {
-		return nil, Errorf(MalformedPacket, "will qos 3") // [MQTT-3.1.2-14] 3.1.1 and v5
+		return nil, Errorf(MalformedPacket, "will qos 3") // [MQTT-3.1.2-12], [MQTT-3.1.2-14](3.1.1)
 	}
 	if c.Version != V5 && c.PasswordFlag && !c.UsernameFlag {
-		return nil, Errorf(MalformedPacket, "password flag without user name flag") // [MQTT-3.1.2-22] 3.1.1 (allowed in v5)
+		return nil, Errorf(MalformedPacket, "password flag without user name flag") // [MQTT-3.1.2-22](3.1.1) (allowed in 5.0)
 	}
 	if c.KeepAlive, err = d.u16(); err != nil {
 		return nil, err
@@ -600,7 +601,7 @@ func (d *decoder) connect() (Packet, error) {
 			return nil, err
 		}
 		if err := ValidTopicName(w.Topic); err != nil {
-			return nil, err // [MQTT-3.1.3-10] 3.1.1: the will topic is a topic name
+			return nil, err // [MQTT-3.1.3-11], [MQTT-3.1.3-10](3.1.1): the will topic is a topic name
 		}
 		payload, err := d.bin()
 		if err != nil {
@@ -614,19 +615,19 @@ func (d *decoder) connect() (Packet, error) {
 		c.Will = w
 	}
 	if c.UsernameFlag {
-		if c.Username, err = d.str(); err != nil { // [MQTT-3.1.2-19] 3.1.1
+		if c.Username, err = d.str(); err != nil { // [MQTT-3.1.2-17], [MQTT-3.1.2-19](3.1.1)
 			return nil, err
 		}
 	}
 	if c.PasswordFlag {
-		if c.Password, err = d.bin(); err != nil { // [MQTT-3.1.2-21] 3.1.1
+		if c.Password, err = d.bin(); err != nil { // [MQTT-3.1.2-19], [MQTT-3.1.2-21](3.1.1)
 			return nil, err
 		}
 	}
 	return done(d, c, CONNECT)
 }
 
-// connackCodes are the v5 CONNACK reason codes, v5 spec 3.2.2.2.
+// connackCodes are the v5 CONNACK reason codes, 5.0 §3.2.2.2.
 var connackCodes = codeSet(0x00, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89,
 	0x8A, 0x8C, 0x90, 0x95, 0x97, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9F)
 
@@ -649,7 +650,7 @@ func (d *decoder) connack(v Version) (Packet, error) {
 		return done(d, c, CONNACK)
 	case V311:
 		if code > 5 {
-			return nil, Errorf(MalformedPacket, "connack return code %d", code) // 3.1.1 3.2.2.3: 6-255 reserved
+			return nil, Errorf(MalformedPacket, "connack return code %d", code) // 3.1.1 §3.2.2.3: 6-255 reserved
 		}
 	case V5:
 		if !connackCodes.has(code) {
@@ -657,7 +658,7 @@ func (d *decoder) connack(v Version) (Packet, error) {
 		}
 	}
 	if flags&0xfe != 0 {
-		return nil, Errorf(MalformedPacket, "connack reserved flags 0x%02x", flags) // [MQTT-3.2.2-1] 3.1.1; v5 3.2.2.1
+		return nil, Errorf(MalformedPacket, "connack reserved flags 0x%02x", flags) // [MQTT-3.2.2-1], 3.1.1 §3.2.2.1
 	}
 	c.SessionPresent = flags&0x01 != 0
 	if v == V5 {
@@ -690,7 +691,7 @@ func (d *decoder) publishInto(p *Publish, flags byte, v Version, aliasTopic bool
 			return err
 		}
 		if !validString(b) {
-			// [MQTT-1.5.3-1], [MQTT-1.5.3-2] 3.1.1; [MQTT-1.5.4-1], [MQTT-1.5.4-2] v5
+			// [MQTT-1.5.4-1], [MQTT-1.5.4-2]; [MQTT-1.5.3-1](3.1.1), [MQTT-1.5.3-2](3.1.1)
 			return Errorf(MalformedPacket, "string is not well-formed UTF-8 or contains U+0000")
 		}
 		if len(b) > 0 {
@@ -700,7 +701,7 @@ func (d *decoder) publishInto(p *Publish, flags byte, v Version, aliasTopic bool
 		return err
 	}
 	if p.QoS > 0 {
-		if p.PacketID, err = d.packetID(); err != nil { // [MQTT-2.3.1-1] 3.1.1, [MQTT-2.2.1-3] v5
+		if p.PacketID, err = d.packetID(); err != nil { // [MQTT-2.2.1-3], [MQTT-2.3.1-1](3.1.1)
 			return err
 		}
 	}
@@ -709,10 +710,10 @@ func (d *decoder) publishInto(p *Publish, flags byte, v Version, aliasTopic bool
 			return err
 		}
 	}
-	// v5 3.3.2.1: an empty topic is allowed when a Topic Alias is present.
+	// 5.0 §3.3.2.1: an empty topic is allowed when a Topic Alias is present.
 	if p.Topic != "" || !p.Props.Has(PropTopicAlias) {
 		if err := ValidTopicName(p.Topic); err != nil {
-			return err // [MQTT-3.3.2-2] wildcards, [MQTT-4.7.3-1] empty (3.1.1 and v5)
+			return err // [MQTT-3.3.2-2] wildcards, [MQTT-4.7.3-1] empty
 		}
 	}
 	if d.rest() > 0 {
@@ -723,7 +724,7 @@ func (d *decoder) publishInto(p *Publish, flags byte, v Version, aliasTopic bool
 }
 
 // ackCodes are the v5 reason codes of PUBACK/PUBREC and PUBREL/PUBCOMP,
-// v5 spec 3.4.2.1, 3.5.2.1, 3.6.2.1, 3.7.2.1.
+// 5.0 §3.4.2.1, 3.5.2.1, 3.6.2.1, 3.7.2.1.
 var (
 	pubackCodes = codeSet(0x00, 0x10, 0x80, 0x83, 0x87, 0x90, 0x91, 0x97, 0x99)
 	pubrelCodes = codeSet(0x00, 0x92)
@@ -743,7 +744,7 @@ func (d *decoder) ackInto(t Type, v Version, s *Scratch) (Packet, error) {
 	var code ReasonCode
 	var props Properties
 	if v == V5 && d.rest() > 0 {
-		// v5 3.4.2.1: the reason code and property length may be omitted
+		// 5.0 §3.4.2.1: the reason code and property length may be omitted
 		// (remaining length 2), and the property length alone may be
 		// omitted (remaining length 3).
 		c, _ := d.byte()
@@ -795,7 +796,7 @@ func (d *decoder) ackInto(t Type, v Version, s *Scratch) (Packet, error) {
 func (d *decoder) subscribe(v Version) (Packet, error) {
 	s := &Subscribe{}
 	var err error
-	if s.PacketID, err = d.packetID(); err != nil { // [MQTT-2.3.1-1] 3.1.1, [MQTT-2.2.1-3] v5
+	if s.PacketID, err = d.packetID(); err != nil { // [MQTT-2.2.1-3], [MQTT-2.3.1-1](3.1.1)
 		return nil, err
 	}
 	if v == V5 {
@@ -804,7 +805,7 @@ func (d *decoder) subscribe(v Version) (Packet, error) {
 		}
 	}
 	if d.rest() == 0 {
-		return nil, Errorf(ProtocolError, "subscribe without topic filters") // [MQTT-3.8.3-3] 3.1.1, [MQTT-3.8.3-2] v5
+		return nil, Errorf(ProtocolError, "subscribe without topic filters") // [MQTT-3.8.3-2], [MQTT-3.8.3-3](3.1.1)
 	}
 	for d.rest() > 0 {
 		f, err := d.str()
@@ -820,32 +821,32 @@ func (d *decoder) subscribe(v Version) (Packet, error) {
 		}
 		sub := Subscription{Filter: f, QoS: o & 0x03}
 		if sub.QoS == 3 {
-			return nil, Errorf(MalformedPacket, "subscription qos 3") // [MQTT-3.8.3-4] 3.1.1; v5 3.8.3.1
+			return nil, Errorf(MalformedPacket, "subscription qos 3") // 5.0 §3.8.3.1, [MQTT-3.8.3-4](3.1.1)
 		}
 		if v == V5 {
 			if o&0xc0 != 0 {
-				return nil, Errorf(MalformedPacket, "subscription options reserved bits set") // v5 [MQTT-3.8.3-5]
+				return nil, Errorf(MalformedPacket, "subscription options reserved bits set") // [MQTT-3.8.3-5]
 			}
 			sub.NoLocal = o&0x04 != 0
 			sub.RetainAsPublished = o&0x08 != 0
 			sub.RetainHandling = o >> 4 & 0x03
 			if sub.RetainHandling == 3 {
-				return nil, Errorf(ProtocolError, "retain handling 3") // v5 3.8.3.1
+				return nil, Errorf(ProtocolError, "retain handling 3") // 5.0 §3.8.3.1
 			}
 			if sub.NoLocal {
 				if _, _, shared := SplitShared(f); shared {
-					return nil, Errorf(ProtocolError, "no local on a shared subscription") // v5 [MQTT-3.8.3-4]
+					return nil, Errorf(ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
 				}
 			}
 		} else if o&0xfc != 0 {
-			return nil, Errorf(MalformedPacket, "subscribe requested qos byte 0x%02x has reserved bits set", o) // [MQTT-3-8.3-4] 3.1.1
+			return nil, Errorf(MalformedPacket, "subscribe requested qos byte 0x%02x has reserved bits set", o) // [MQTT-3.8.3-4](3.1.1) (misprinted 3-8.3-4 in the spec)
 		}
 		s.Subscriptions = append(s.Subscriptions, sub)
 	}
 	return s, nil
 }
 
-// subackCodes are the v5 SUBACK reason codes, v5 spec 3.9.3.
+// subackCodes are the v5 SUBACK reason codes, 5.0 §3.9.3.
 var subackCodes = codeSet(0x00, 0x01, 0x02, 0x80, 0x83, 0x87, 0x8F, 0x91, 0x97, 0x9E, 0xA1, 0xA2)
 
 func (d *decoder) suback(v Version) (Packet, error) {
@@ -860,12 +861,12 @@ func (d *decoder) suback(v Version) (Packet, error) {
 		}
 	}
 	if d.rest() == 0 {
-		return nil, Errorf(ProtocolError, "suback without reason codes") // one per filter [MQTT-3.8.4-6]
+		return nil, Errorf(ProtocolError, "suback without reason codes") // one per filter: [MQTT-3.8.4-6], [MQTT-3.8.4-5](3.1.1)
 	}
 	s.ReasonCodes = make([]ReasonCode, d.rest())
 	for i, c := range d.b[d.off:] {
 		if v == V5 && !subackCodes.has(c) || v != V5 && c > 2 && c != 0x80 {
-			return nil, Errorf(ProtocolError, "suback reason code 0x%02x", c) // [MQTT-3.9.3-2] 3.1.1; v5 3.9.3
+			return nil, Errorf(ProtocolError, "suback reason code 0x%02x", c) // [MQTT-3.9.3-2]
 		}
 		s.ReasonCodes[i] = ReasonCode(c)
 	}
@@ -876,7 +877,7 @@ func (d *decoder) suback(v Version) (Packet, error) {
 func (d *decoder) unsubscribe(v Version) (Packet, error) {
 	u := &Unsubscribe{}
 	var err error
-	if u.PacketID, err = d.packetID(); err != nil { // [MQTT-2.3.1-1] 3.1.1, [MQTT-2.2.1-3] v5
+	if u.PacketID, err = d.packetID(); err != nil { // [MQTT-2.2.1-3], [MQTT-2.3.1-1](3.1.1)
 		return nil, err
 	}
 	if v == V5 {
@@ -885,7 +886,7 @@ func (d *decoder) unsubscribe(v Version) (Packet, error) {
 		}
 	}
 	if d.rest() == 0 {
-		return nil, Errorf(ProtocolError, "unsubscribe without topic filters") // [MQTT-3.10.3-2] 3.1.1 and v5
+		return nil, Errorf(ProtocolError, "unsubscribe without topic filters") // [MQTT-3.10.3-2]
 	}
 	for d.rest() > 0 {
 		f, err := d.str()
@@ -900,7 +901,7 @@ func (d *decoder) unsubscribe(v Version) (Packet, error) {
 	return u, nil
 }
 
-// unsubackCodes are the v5 UNSUBACK reason codes, v5 spec 3.11.3.
+// unsubackCodes are the v5 UNSUBACK reason codes, 5.0 §3.11.3.
 var unsubackCodes = codeSet(0x00, 0x11, 0x80, 0x83, 0x87, 0x8F, 0x91)
 
 func (d *decoder) unsuback(v Version) (Packet, error) {
@@ -910,13 +911,13 @@ func (d *decoder) unsuback(v Version) (Packet, error) {
 		return nil, err
 	}
 	if v != V5 {
-		return done(d, u, UNSUBACK) // 3.1.1 3.11.3: no payload
+		return done(d, u, UNSUBACK) // 3.1.1 §3.11.3: no payload
 	}
 	if err := d.decodeProps(&u.Props, UNSUBACK); err != nil {
 		return nil, err
 	}
 	if d.rest() == 0 {
-		return nil, Errorf(ProtocolError, "unsuback without reason codes") // v5 [MQTT-3.11.3-1]
+		return nil, Errorf(ProtocolError, "unsuback without reason codes") // [MQTT-3.11.3-2]
 	}
 	u.ReasonCodes = make([]ReasonCode, d.rest())
 	for i, c := range d.b[d.off:] {
@@ -930,11 +931,11 @@ func (d *decoder) unsuback(v Version) (Packet, error) {
 }
 
 var (
-	// disconnectCodes are the v5 DISCONNECT reason codes, v5 spec 3.14.2.1.
+	// disconnectCodes are the v5 DISCONNECT reason codes, 5.0 §3.14.2.1.
 	disconnectCodes = codeSet(0x00, 0x04, 0x80, 0x81, 0x82, 0x83, 0x87, 0x89, 0x8B, 0x8D, 0x8E,
 		0x8F, 0x90, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9F,
 		0xA0, 0xA1, 0xA2)
-	// authCodes are the AUTH reason codes, v5 spec 3.15.2.1.
+	// authCodes are the AUTH reason codes, 5.0 §3.15.2.1.
 	authCodes = codeSet(0x00, 0x18, 0x19)
 )
 
@@ -942,12 +943,12 @@ func (d *decoder) disconnectOrAuth(t Type, v Version) (Packet, error) {
 	var code ReasonCode
 	var props Properties
 	if v != V5 {
-		if err := d.end(t); err != nil { // 3.1.1 3.14: no variable header
+		if err := d.end(t); err != nil { // 3.1.1 §3.14: no variable header
 			return nil, err
 		}
 		return &Disconnect{}, nil
 	}
-	// v5 3.14.2.1, 3.15.2.1: remaining length 0 means Success without
+	// 5.0 §3.14.2.1, 3.15.2.1: remaining length 0 means Success without
 	// properties; a reason code alone means no properties.
 	if d.rest() > 0 {
 		c, _ := d.byte()

@@ -365,7 +365,7 @@ func ackSize(t Type, id uint16, code ReasonCode, props *Properties, v5 bool) (in
 	}
 	if props.empty() {
 		if code == Success {
-			return 2, nil // v5 3.4.2.1: reason code and properties omitted
+			return 2, nil // 5.0 §3.4.2.1: reason code and properties omitted
 		}
 		return 3, nil // property length omitted
 	}
@@ -377,7 +377,7 @@ func ackSize(t Type, id uint16, code ReasonCode, props *Properties, v5 bool) (in
 func shortSize(t Type, code ReasonCode, props *Properties) (int, error) {
 	if props.empty() {
 		if code == Success {
-			return 0, nil // v5 3.14.2.1, 3.15.2.1
+			return 0, nil // 5.0 §3.14.2.1, 3.15.2.1
 		}
 		if t == DISCONNECT {
 			return 1, nil

@@ -253,7 +253,7 @@ func TestTooLargeAllocatesNothing(t *testing.T) {
 }
 
 func TestRemainingLengthBoundaries(t *testing.T) {
-	// Variable Byte Integer boundaries, [MQTT-1.5.5] v5 table 1-1.
+	// Variable Byte Integer boundaries, 5.0 §1.5.5 table 1-1.
 	for _, n := range []int{0, 127, 128, 16383, 16384, 2097151, 2097152} {
 		payload := make([]byte, n)
 		p := &packet.Publish{Topic: "t", Payload: payload}

@@ -9,7 +9,7 @@ package packet
 // Type is the MQTT control packet type (the high nibble of the fixed header).
 type Type byte
 
-// Control packet types, [MQTT-2.1.2].
+// Control packet types, 5.0 §2.1.2 (3.1.1 §2.2.1).
 const (
 	CONNECT     Type = 1
 	CONNACK     Type = 2
@@ -191,7 +191,7 @@ func (*Auth) Type() Type        { return AUTH }
 // PropID is a v5 property identifier.
 type PropID byte
 
-// v5 property identifiers, [MQTT-2.2.2.2] (v5 spec table 2-4).
+// v5 property identifiers, 5.0 §2.2.2.2 (table 2-4).
 const (
 	PropPayloadFormat        PropID = 0x01
 	PropMessageExpiry        PropID = 0x02

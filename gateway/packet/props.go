@@ -1,6 +1,6 @@
 package packet
 
-// v5 properties: which property may appear where (v5 spec 2.2.2.2, table
+// v5 properties: which property may appear where (5.0 §2.2.2.2, table
 // 2-4), how each is encoded, and their decoding and encoding.
 
 // propKind is the wire type of a property value.
@@ -74,7 +74,7 @@ func bits(ids ...PropID) uint64 {
 
 // allowedProps is indexed by packet type (willContext for will properties):
 // the set of properties that packet may carry. Anything else is a Protocol
-// Error, v5 spec 2.2.2.2 table 2-4.
+// Error, 5.0 §2.2.2.2 table 2-4.
 var allowedProps = [16]uint64{
 	willContext: bits(PropPayloadFormat, PropMessageExpiry, PropContentType, PropResponseTopic,
 		PropCorrelationData, PropWillDelay, PropUserProperty),
@@ -100,7 +100,7 @@ var allowedProps = [16]uint64{
 }
 
 // AllowedProperty reports whether property id may appear in a packet of type
-// t (v5 spec 2.2.2.2). Will properties are checked with t == 0.
+// t (5.0 §2.2.2.2). Will properties are checked with t == 0.
 func AllowedProperty(t Type, id PropID) bool {
 	return t < 16 && id < 64 && allowedProps[t]&(1<<id) != 0
 }
@@ -228,17 +228,18 @@ func (d *decoder) decodeProps(p *Properties, t Type) error {
 		// The identifier is a Variable Byte Integer, but every defined one is
 		// below 0x80, so a continuation bit means an unknown identifier.
 		if raw >= 64 || propKinds[raw] == kindNone {
-			return Errorf(MalformedPacket, "unknown property identifier 0x%02x", raw) // v5 2.2.2.2
+			return Errorf(MalformedPacket, "unknown property identifier 0x%02x", raw) // 5.0 §2.2.2.2
 		}
 		id := PropID(raw)
 		if allowedProps[t]&(1<<id) == 0 {
-			return Errorf(ProtocolError, "property 0x%02x not allowed in %s", raw, contextName(t)) // v5 2.2.2.2
+			return Errorf(ProtocolError, "property 0x%02x not allowed in %s", raw, contextName(t)) // 5.0 §2.2.2.2
 		}
 		repeatable := id == PropUserProperty || (id == PropSubscriptionID && t == PUBLISH)
 		if seen&(1<<id) != 0 && !repeatable {
-			// v5 spec: including any property other than User Property (and
+			// 5.0: including any property other than User Property (and
 			// Subscription Identifier in PUBLISH) more than once is a
-			// Protocol Error, e.g. [MQTT-3.1.2-*] in each property section.
+			// Protocol Error, as each property's section says (e.g. 5.0
+			// §3.1.2.11.2).
 			return Errorf(ProtocolError, "property 0x%02x more than once in %s", raw, contextName(t))
 		}
 		seen |= 1 << id
@@ -252,7 +253,7 @@ func (d *decoder) decodeProps(p *Properties, t Type) error {
 			if v > 1 {
 				switch id {
 				case PropMaximumQoS:
-					return Errorf(ProtocolError, "maximum qos %d", v) // v5 3.2.2.3.4
+					return Errorf(ProtocolError, "maximum qos %d", v) // 5.0 §3.2.2.3.4
 				default:
 					// Payload Format Indicator, Request Problem/Response
 					// Information, Retain/Wildcard/SubID/Shared Available
@@ -269,9 +270,9 @@ func (d *decoder) decodeProps(p *Properties, t Type) error {
 			if v == 0 {
 				switch id {
 				case PropReceiveMaximum:
-					return Errorf(ProtocolError, "receive maximum 0") // v5 3.1.2.11.3, 3.2.2.3.3
+					return Errorf(ProtocolError, "receive maximum 0") // 5.0 §3.1.2.11.3, §3.2.2.3.3
 				case PropTopicAlias:
-					return Errorf(TopicAliasInvalid, "topic alias 0") // v5 [MQTT-3.3.2-8]
+					return Errorf(TopicAliasInvalid, "topic alias 0") // [MQTT-3.3.2-8]
 				}
 			}
 			*p.u16Ptr(id) = v
@@ -281,7 +282,7 @@ func (d *decoder) decodeProps(p *Properties, t Type) error {
 				return err
 			}
 			if v == 0 && id == PropMaximumPacketSize {
-				return Errorf(ProtocolError, "maximum packet size 0") // v5 3.1.2.11.4, 3.2.2.3.6
+				return Errorf(ProtocolError, "maximum packet size 0") // 5.0 §3.1.2.11.4, §3.2.2.3.6
 			}
 			*p.u32Ptr(id) = v
 		case kindVarint: // only Subscription Identifier
@@ -290,7 +291,7 @@ func (d *decoder) decodeProps(p *Properties, t Type) error {
 				return err
 			}
 			if v == 0 {
-				return Errorf(ProtocolError, "subscription identifier 0") // v5 3.3.2.3.8, 3.8.2.1.2
+				return Errorf(ProtocolError, "subscription identifier 0") // 5.0 §3.3.2.3.8, §3.8.2.1.2
 			}
 			p.SubscriptionIDs = append(p.SubscriptionIDs, uint32(v))
 		case kindString:
@@ -300,7 +301,7 @@ func (d *decoder) decodeProps(p *Properties, t Type) error {
 			}
 			if id == PropResponseTopic {
 				if err := ValidTopicName(s); err != nil {
-					// v5 [MQTT-3.3.2-13], [MQTT-3.3.2-14]
+					// [MQTT-3.3.2-13], [MQTT-3.3.2-14]
 					return Errorf(ProtocolError, "response topic: %s", err.(*Error).Msg)
 				}
 			}

@@ -5,15 +5,15 @@ import (
 	"unicode/utf8"
 )
 
-// sharePrefix starts a v5 shared subscription filter, v5 spec 4.8.2.
+// sharePrefix starts a v5 shared subscription filter, 5.0 §4.8.2.
 const sharePrefix = "$share/"
 
 // validString reports whether b is a well-formed MQTT UTF-8 string: valid
 // UTF-8 (Go's decoder already rejects overlong forms and the surrogates
 // U+D800..U+DFFF) with no U+0000.
 //
-// [MQTT-1.5.3-1] (3.1.1, v5: [MQTT-1.5.4-1]) ill-formed UTF-8 and surrogates
-// [MQTT-1.5.3-2] (3.1.1, v5: [MQTT-1.5.4-2]) no U+0000
+// [MQTT-1.5.4-1], [MQTT-1.5.3-1](3.1.1): ill-formed UTF-8 and surrogates
+// [MQTT-1.5.4-2], [MQTT-1.5.3-2](3.1.1): no U+0000
 func validString(b []byte) bool {
 	for _, c := range b {
 		if c == 0 || c >= utf8.RuneSelf {
@@ -42,18 +42,18 @@ func ValidTopicName(s string) error {
 		return Errorf(TopicNameInvalid, "empty topic name") // [MQTT-4.7.3-1]
 	}
 	if len(s) > 65535 {
-		return Errorf(TopicNameInvalid, "topic name longer than 65535 bytes")
+		return Errorf(TopicNameInvalid, "topic name longer than 65535 bytes") // [MQTT-4.7.3-3]
 	}
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case '+', '#':
-			return Errorf(TopicNameInvalid, "wildcard %q in topic name", s[i]) // [MQTT-3.3.2-2] (3.1.1 and v5), [MQTT-4.7.1-1]
+			return Errorf(TopicNameInvalid, "wildcard %q in topic name", s[i]) // [MQTT-3.3.2-2], [MQTT-4.7.0-1], [MQTT-4.7.1-1](3.1.1)
 		case 0:
 			return Errorf(TopicNameInvalid, "U+0000 in topic name") // [MQTT-4.7.3-2]
 		}
 	}
 	if !utf8.ValidString(s) {
-		return Errorf(TopicNameInvalid, "topic name is not valid UTF-8") // [MQTT-4.7.3-3]
+		return Errorf(TopicNameInvalid, "topic name is not valid UTF-8") // [MQTT-1.5.4-1], [MQTT-1.5.3-1](3.1.1)
 	}
 	return nil
 }
@@ -62,22 +62,22 @@ func ValidTopicName(s string) error {
 // UNSUBSCRIBE: non-empty, at most 65535 bytes, well-formed UTF-8 without
 // U+0000, '#' only as the whole last level, '+' only as a whole level. A
 // shared subscription "$share/{group}/{filter}" needs a non-empty group
-// without '+', '#' or '/' and a valid non-empty filter (v5 spec 4.8.2). It
+// without '+', '#' or '/' and a valid non-empty filter (5.0 §4.8.2). It
 // returns nil or an *Error with code TopicFilterInvalid.
 func ValidTopicFilter(s string) error {
 	if len(s) > 65535 {
-		return Errorf(TopicFilterInvalid, "topic filter longer than 65535 bytes")
+		return Errorf(TopicFilterInvalid, "topic filter longer than 65535 bytes") // [MQTT-4.7.3-3]
 	}
 	if strings.HasPrefix(s, sharePrefix) {
 		group, filter, ok := SplitShared(s)
 		if !ok {
-			return Errorf(TopicFilterInvalid, "shared subscription %q has no topic filter", s) // v5 [MQTT-4.8.2-2]
+			return Errorf(TopicFilterInvalid, "shared subscription %q has no topic filter", s) // [MQTT-4.8.2-2]
 		}
 		if group == "" {
-			return Errorf(TopicFilterInvalid, "shared subscription with empty share name") // v5 [MQTT-4.8.2-1]
+			return Errorf(TopicFilterInvalid, "shared subscription with empty share name") // [MQTT-4.8.2-1]
 		}
 		if strings.ContainsAny(group, "+#") {
-			return Errorf(TopicFilterInvalid, "share name %q contains a wildcard", group) // v5 [MQTT-4.8.2-2]
+			return Errorf(TopicFilterInvalid, "share name %q contains a wildcard", group) // [MQTT-4.8.2-2]
 		}
 		s = filter
 	}
@@ -90,12 +90,12 @@ func ValidTopicFilter(s string) error {
 		case '/':
 			levelStart = i + 1
 		case '#':
-			// '#' must be the whole last level. [MQTT-4.7.1-2]
+			// '#' must be the whole last level. [MQTT-4.7.1-1], [MQTT-4.7.1-2](3.1.1)
 			if i != levelStart || i != len(s)-1 {
 				return Errorf(TopicFilterInvalid, "'#' not alone in the last level of %q", s)
 			}
 		case '+':
-			// '+' must occupy a whole level. [MQTT-4.7.1-3]
+			// '+' must occupy a whole level. [MQTT-4.7.1-2], [MQTT-4.7.1-3](3.1.1)
 			if i != levelStart || (i+1 < len(s) && s[i+1] != '/') {
 				return Errorf(TopicFilterInvalid, "'+' not alone in a level of %q", s)
 			}
@@ -104,7 +104,7 @@ func ValidTopicFilter(s string) error {
 		}
 	}
 	if !utf8.ValidString(s) {
-		return Errorf(TopicFilterInvalid, "topic filter is not valid UTF-8") // [MQTT-4.7.3-3]
+		return Errorf(TopicFilterInvalid, "topic filter is not valid UTF-8") // [MQTT-1.5.4-1], [MQTT-1.5.3-1](3.1.1)
 	}
 	return nil
 }

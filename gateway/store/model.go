@@ -202,7 +202,7 @@ func (md *model) apply(r *rec) {
 		if e := s.queue[r.seq]; e != nil && e.e.PID != 0 && e.e.QoS == 2 {
 			md.live -= int64(e.size)
 			e.e.Released = true
-			e.e.Msg.Payload = nil // no longer needed after PUBREC (v5 4.3.3): only the id is kept
+			e.e.Msg.Payload = nil // no longer needed after PUBREC (5.0 §4.3.3): only the id is kept
 			e.size = entrySize(r.client, &e.e)
 			md.live += int64(e.size)
 		}

@@ -47,7 +47,7 @@ var (
 	// [MQTT-4.7.3-3].
 	ErrTooLong = errors.New("topics: longer than 65535 bytes")
 	// ErrBadUTF8 reports a topic name or filter that is not valid UTF-8
-	// [MQTT-1.5.3-1].
+	// [MQTT-1.5.4-1], [MQTT-1.5.3-1](3.1.1).
 	ErrBadUTF8 = errors.New("topics: invalid UTF-8")
 )
 
@@ -137,7 +137,7 @@ func validCommon(s string) error {
 		return ErrTooLong
 	case strings.IndexByte(s, 0) >= 0: // [MQTT-4.7.3-2]
 		return ErrNullChar
-	case !utf8.ValidString(s): // [MQTT-1.5.3-1]
+	case !utf8.ValidString(s): // [MQTT-1.5.4-1], [MQTT-1.5.3-1](3.1.1)
 		return ErrBadUTF8
 	}
 	return nil

@@ -324,13 +324,13 @@ func (c Config) validateBridges(es *Errors) {
 			secure = secure || s
 		}
 		if b.ClientID == "" && !b.CleanSession {
-			es.add(k+".client_id", "is required when clean_session is false") // [MQTT-3.1.3-7] (3.1.1)
+			es.add(k+".client_id", "is required when clean_session is false") // [MQTT-3.1.3-7](3.1.1)
 		}
 		if len(b.ClientID) > 65535 || !utf8.ValidString(b.ClientID) {
 			es.add(k+".client_id", "must be valid UTF-8 of at most 65535 bytes")
 		}
 		if b.Password != "" && b.Username == "" {
-			es.add(k+".password", "needs a username (MQTT 3.1.1 sends no password without one)") // [MQTT-3.1.2-22] (3.1.1)
+			es.add(k+".password", "needs a username (MQTT 3.1.1 sends no password without one)") // [MQTT-3.1.2-22](3.1.1)
 		}
 		if b.Keepalive < time.Second || b.Keepalive > maxKeepalive || b.Keepalive%time.Second != 0 {
 			es.add(k+".keepalive", "must be whole seconds in 1s..65535s (got %s); it is how a half-open uplink is found", FormatDuration(b.Keepalive))
@@ -439,23 +439,23 @@ func checkBridgeAddress(a string) (secure bool, err error) {
 	return secure, nil
 }
 
-// checkTopicFilter applies the MQTT topic filter rules (3.1.1 and 5.0 4.7).
+// checkTopicFilter applies the MQTT topic filter rules (5.0 and 3.1.1 §4.7).
 func checkTopicFilter(f string) error {
 	switch {
 	case f == "":
 		return fmt.Errorf("must not be empty") // [MQTT-4.7.3-1]
 	case len(f) > maxTopicLen:
-		return fmt.Errorf("longer than 65535 bytes")
+		return fmt.Errorf("longer than 65535 bytes") // [MQTT-4.7.3-3]
 	case !utf8.ValidString(f) || strings.ContainsRune(f, 0):
-		return fmt.Errorf("must be UTF-8 without NUL (got %q)", f) // [MQTT-4.7.3-2]
+		return fmt.Errorf("must be UTF-8 without NUL (got %q)", f) // [MQTT-1.5.4-1], [MQTT-4.7.3-2]
 	}
 	levels := strings.Split(f, "/")
 	for i, lv := range levels {
 		if strings.Contains(lv, "#") && (lv != "#" || i != len(levels)-1) {
-			return fmt.Errorf("invalid pattern %q: # must be a whole level and the last one", f) // [MQTT-4.7.1-2]
+			return fmt.Errorf("invalid pattern %q: # must be a whole level and the last one", f) // [MQTT-4.7.1-1], [MQTT-4.7.1-2](3.1.1)
 		}
 		if strings.Contains(lv, "+") && lv != "+" {
-			return fmt.Errorf("invalid pattern %q: + must be a whole level", f) // [MQTT-4.7.1-3]
+			return fmt.Errorf("invalid pattern %q: + must be a whole level", f) // [MQTT-4.7.1-2], [MQTT-4.7.1-3](3.1.1)
 		}
 	}
 	return nil

@@ -184,7 +184,7 @@ var Golden = []Fixture{
 			}},
 			UsernameFlag: true, Username: "u", PasswordFlag: true, Password: []byte("p")}},
 	{Name: "v5/connect/password_without_username", Version: packet.V5,
-		// v5 3.1.2.9 allows a password without a user name.
+		// 5.0 §3.1.2.9 allows a password without a user name.
 		Bytes: B(0x10, 21, S("MQTT"), 5, 0x42, 0, 0, 0, S(""), S("secret")),
 		Packet: &packet.Connect{ProtocolName: "MQTT", Version: packet.V5, CleanStart: true,
 			PasswordFlag: true, Password: []byte("secret")}},
@@ -228,7 +228,7 @@ var Golden = []Fixture{
 			UserProperties: []packet.UserProperty{{Key: "a", Value: "b"}},
 		}}},
 	{Name: "v5/publish/topic_alias_empty_topic", Version: packet.V5,
-		// v5 3.3.2.1: a zero-length topic with a Topic Alias.
+		// 5.0 §3.3.2.1: a zero-length topic with a Topic Alias.
 		Bytes: B(0x30, 7, S(""), 3, 0x23, 0, 2, "x"),
 		Packet: &packet.Publish{Payload: []byte("x"), Props: packet.Properties{
 			Present: props(packet.PropTopicAlias), TopicAlias: 2}}},
