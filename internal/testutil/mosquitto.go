@@ -52,7 +52,9 @@ func StartMosquitto(t testing.TB, conf string, ports ...int) *Mosquitto {
 func (m *Mosquitto) Start() {
 	m.t.Helper()
 	m.cmd = exec.Command(MosquittoBin, "-c", m.conf)
-	m.cmd.Stderr = os.Stderr
+	if os.Getenv("EDGEGW_TEST_DEBUG") != "" {
+		m.cmd.Stderr = os.Stderr // its log, for debugging a test
+	}
 	if err := m.cmd.Start(); err != nil {
 		m.t.Fatal(err)
 	}
