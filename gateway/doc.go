@@ -97,6 +97,6 @@
 // marked [MQTT-3.1.2-24](3.1.1). A rule of a section that has no numbered
 // statement is cited without brackets, by version and section: 5.0
 // §3.14.2.2.2, 3.1.1 §3.1.2.4. No placeholders: a tag names the statement
-// it enforces or is not written. Every tag matches
-// \[MQTT-[0-9]+(\.[0-9]+)*-[0-9]+\](\(3\.1\.1\))?.
+// it enforces or is not written. internal/archtest's TestSpecTags checks
+// the form of every tag in the module (CONTRIBUTING.md).
 package gateway
