@@ -27,7 +27,9 @@ import (
 func soakDuration(t *testing.T) time.Duration {
 	s := os.Getenv("EDGEGW_SOAK_DURATION")
 	if s == "" {
-		t.Skip("soak: run it with `make soak-test` (EDGEGW_SOAK_DURATION=15s for the old default)")
+		// Field report 002's reproducer stays in every go test, short;
+		// `make soak-test` runs it for minutes.
+		return 2 * time.Second
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {

@@ -9,7 +9,7 @@
 #                     the end. SOAK_DURATION is the same knob; SOAK_BROKERS=
 #                     "edgegw mosquitto" adds mosquitto's RSS. See soak/README.md.
 #   make soak-test    the in-process reproducer (gateway/soak_test.go; plain
-#                     `go test` skips it: it needs EDGEGW_SOAK_DURATION) under
+#                     `go test` runs it for 2 s per phase) under
 #                     -race for SOAK_DURATION per phase: heap back to baseline,
 #                     no goroutine leaks.
 #   make soak-bench   slowsub through bench/run.sh (edgegw and mosquitto).
