@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-
-	"github.com/edgegw/edgegw/gateway"
 )
 
 // lockedConn is the MQTT 5 uplink's connection as paho.golang sees it:
@@ -197,29 +195,4 @@ func cmpString(a, b string) int {
 		return 1
 	}
 	return 0
-}
-
-// inbound5 is paho's handler for every message from upstream (in order,
-// on paho's router goroutine); paho acknowledges it afterwards through
-// the session, unless the gateway refused it (see inbound).
-func (b *Bridge) inbound5(pr paho.PublishReceived) (bool, error) {
-	p := pr.Packet
-	local, ok := b.c.Load().inTopic(p.Topic)
-	if !ok {
-		b.log.Warn("inbound message matches no in rule; dropped", "topic", p.Topic)
-		return true, nil
-	}
-	err := b.gw.Publish(&gateway.Message{
-		Topic: local, Payload: p.Payload, QoS: p.QoS, Retain: p.Retain, Origin: b.origin,
-	})
-	if err != nil {
-		b.inboundFailed.Add(1)
-		if p.QoS > 0 {
-			b.sess5.refuseInbound(p.PacketID)
-		}
-		b.log.Warn("inbound message refused locally; not acked upstream", "topic", local, "err", err)
-		return true, nil
-	}
-	b.received.Add(1)
-	return true, nil
 }

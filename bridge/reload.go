@@ -23,7 +23,6 @@ package bridge
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -330,51 +329,4 @@ func subackError(t mqtt.Token) error {
 		}
 	}
 	return err
-}
-
-// subscribeAll is connect's last step: it subscribes the in rules in force
-// on the new connection s (and unsubscribes filters removed by a reload
-// from a persistent upstream session), then makes s the live session for
-// later reloads. Reload cannot interleave: the SUBSCRIBE is handed to paho
-// under subMu, so a reload's own SUBSCRIBE/UNSUBSCRIBE follows it.
-func (b *Bridge) subscribeAll(ctx context.Context, s *session) error {
-	rl := &b.rl
-	rl.subMu.Lock()
-	if rl.pending.Load() != nil { // a reload changed the settings while this connection was made
-		rl.subMu.Unlock()
-		return errReload
-	}
-	subs := b.c.Load().subscriptions()
-	var stale []string
-	for f := range rl.stale {
-		if _, ok := subs[f]; !ok {
-			stale = append(stale, f)
-		}
-	}
-	var toks []mqtt.Token
-	if len(subs) > 0 {
-		toks = append(toks, s.client.SubscribeMultiple(subs, nil))
-	}
-	if len(stale) > 0 && !b.cfg.CleanSession {
-		toks = append(toks, s.client.Unsubscribe(stale...))
-	}
-	rl.live, rl.have = s, subs
-	rl.subMu.Unlock()
-	for _, t := range toks {
-		err := waitToken(ctx, t, b.cfg.AckTimeout)
-		if err == nil {
-			err = subackError(t)
-		}
-		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", s.addr.Redacted(), err)
-		}
-	}
-	if len(stale) > 0 {
-		rl.subMu.Lock()
-		for _, f := range stale {
-			delete(rl.stale, f)
-		}
-		rl.subMu.Unlock()
-	}
-	return nil
 }

@@ -34,7 +34,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -44,31 +43,6 @@ import (
 
 // errV5Refused is why connect5 failed when the broker does not speak MQTT 5.
 var errV5Refused = errors.New("upstream refuses MQTT 5")
-
-// connectUplink connects u with the protocol in force and returns the
-// function that serves the connection until it is lost or ctx ends.
-// Called by the owner goroutine only (it may change b.proto).
-func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context), error) {
-	if b.proto == Protocol311 {
-		s, err := b.connect(ctx, u)
-		if err != nil {
-			return nil, err
-		}
-		b.uplinkProto.Store(Protocol311)
-		return func(ctx context.Context) { b.serve(ctx, s) }, nil
-	}
-	s, err := b.connect5(ctx, u)
-	if errors.Is(err, errV5Refused) && b.proto == ProtocolAuto {
-		b.log.Info("upstream refuses MQTT 5; using MQTT 3.1.1 until the bridge restarts", "address", u.Redacted())
-		b.proto = Protocol311
-		return b.connectUplink(ctx, u)
-	}
-	if err != nil {
-		return nil, err
-	}
-	b.uplinkProto.Store(Protocol5)
-	return func(ctx context.Context) { b.serve5(ctx, s) }, nil
-}
 
 // uplink5 is one MQTT 5 upstream connection.
 type uplink5 struct {

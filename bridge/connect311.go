@@ -1,0 +1,175 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+// waitLost closes the socket and waits (bounded) until paho has stopped
+// its workers and reported the loss.
+func (s *session) waitLost() {
+	s.slot.close()
+	t := time.NewTimer(s.b.cfg.WriteTimeout + s.b.cfg.ConnectTimeout)
+	defer t.Stop()
+	select {
+	case <-s.lost:
+	case <-t.C:
+	}
+}
+
+// connect dials u and brings an MQTT session up, subscriptions included.
+func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
+	s := &session{b: b, addr: u, lost: make(chan error, 1)}
+	onTimeout := func(err error) {
+		b.writeTimeouts.Add(1)
+		why := fmt.Errorf("write timeout: %w", err)
+		s.setCause(why)
+		b.setState(Disconnected, "", why)
+	}
+	o := mqtt.NewClientOptions().
+		AddBroker(u.String()).
+		SetClientID(b.cfg.ClientID).
+		SetUsername(b.cfg.Username).
+		SetPassword(b.cfg.Password).
+		SetCleanSession(b.cfg.CleanSession).
+		SetProtocolVersion(b.protocol).
+		SetKeepAlive(b.cfg.KeepAlive).
+		SetPingTimeout(b.cfg.WriteTimeout). // no PINGRESP within keepalive + write_timeout = dead
+		SetConnectTimeout(b.cfg.ConnectTimeout).
+		SetWriteTimeout(b.cfg.WriteTimeout). // bounds paho's hand-off of a PUBLISH to its writer
+		SetAutoReconnect(false).             // the owner goroutine reconnects
+		SetConnectRetry(false).
+		SetStore(b.store). // outlives the client: paho re-sends from it on a persistent session
+		SetOrderMatters(true).
+		SetAutoAckDisabled(true). // inbound acked after gateway.Publish
+		SetResumeSubs(false).
+		SetDefaultPublishHandler(b.inbound).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			select {
+			case s.lost <- err:
+			default:
+			}
+		}).
+		SetCustomOpenConnectionFn(func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+			return b.dial(ctx, uri, b.store, &s.slot, onTimeout)
+		})
+	s.client = mqtt.NewClient(o)
+	tok := s.client.Connect()
+	select {
+	case <-tok.Done():
+	case <-ctx.Done():
+		s.slot.close()
+		<-tok.Done() // bounded: the socket is closed, the dial honours ctx
+		if tok.Error() == nil {
+			s.client.Disconnect(0)
+		}
+		return nil, ctx.Err()
+	}
+	if err := tok.Error(); err != nil {
+		s.slot.close() // paho closes it too; this also ends its writer
+		if ct, ok := tok.(*mqtt.ConnectToken); ok && ct.ReturnCode() == packets.ErrRefusedBadProtocolVersion && b.protocol != 4 {
+			b.log.Info("upstream refuses the bridge protocol flag; using plain MQTT 3.1.1", "address", u.Redacted())
+			b.protocol = 4
+			return b.connect(ctx, u)
+		}
+		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), err)
+	}
+	// paho has re-sent the stored publishes; the PUBRELs among them hold
+	// packet ids paho does not reserve, so they must complete before any
+	// new SUBSCRIBE or PUBLISH takes an id (store.go).
+	if rels := b.store.pendingPubrels(); len(rels) > 0 {
+		if err := waitAll(ctx, rels, b.cfg.AckTimeout); err != nil {
+			s.waitLost()
+			return nil, fmt.Errorf("complete %d PUBREL re-sent to %s: %w", len(rels), u.Redacted(), err)
+		}
+	}
+	if err := b.subscribeAll(ctx, s); err != nil { // reload.go
+		s.waitLost()
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitToken waits for t within d or until ctx ends.
+func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-timer.C:
+		return fmt.Errorf("no answer within %s", d)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitAll waits until every channel in chs is closed, within d or until
+// ctx ends.
+func waitAll(ctx context.Context, chs []<-chan struct{}, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-timer.C:
+			return fmt.Errorf("no answer within %s", d)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// subscribeAll is connect's last step: it subscribes the in rules in force
+// on the new connection s (and unsubscribes filters removed by a reload
+// from a persistent upstream session), then makes s the live session for
+// later reloads. Reload cannot interleave: the SUBSCRIBE is handed to paho
+// under subMu, so a reload's own SUBSCRIBE/UNSUBSCRIBE follows it.
+func (b *Bridge) subscribeAll(ctx context.Context, s *session) error {
+	rl := &b.rl
+	rl.subMu.Lock()
+	if rl.pending.Load() != nil { // a reload changed the settings while this connection was made
+		rl.subMu.Unlock()
+		return errReload
+	}
+	subs := b.c.Load().subscriptions()
+	var stale []string
+	for f := range rl.stale {
+		if _, ok := subs[f]; !ok {
+			stale = append(stale, f)
+		}
+	}
+	var toks []mqtt.Token
+	if len(subs) > 0 {
+		toks = append(toks, s.client.SubscribeMultiple(subs, nil))
+	}
+	if len(stale) > 0 && !b.cfg.CleanSession {
+		toks = append(toks, s.client.Unsubscribe(stale...))
+	}
+	rl.live, rl.have = s, subs
+	rl.subMu.Unlock()
+	for _, t := range toks {
+		err := waitToken(ctx, t, b.cfg.AckTimeout)
+		if err == nil {
+			err = subackError(t)
+		}
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", s.addr.Redacted(), err)
+		}
+	}
+	if len(stale) > 0 {
+		rl.subMu.Lock()
+		for _, f := range stale {
+			delete(rl.stale, f)
+		}
+		rl.subMu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/url"
+	"time"
+)
+
+// backoff is capped exponential backoff with jitter.
+type backoff struct{ min, max, cur time.Duration }
+
+func (bo *backoff) reset() { bo.cur = 0 }
+
+// next returns a wait in [cur/2, cur] (at least min), doubling cur up to
+// max each call.
+func (bo *backoff) next() time.Duration {
+	if bo.cur == 0 {
+		bo.cur = bo.min
+	} else {
+		bo.cur = min(bo.cur*2, bo.max)
+	}
+	d := bo.cur/2 + rand.N(bo.cur/2+1)
+	return max(d, bo.min)
+}
+
+// loop is the owner goroutine's reconnect loop: each round tries the
+// addresses in order, serves the first that connects until it is lost,
+// then waits a jittered backoff (reset after every successful connection).
+func (b *Bridge) loop(ctx context.Context) {
+	bo := backoff{min: b.cfg.ReconnectMin, max: b.cfg.ReconnectMax}
+	for ctx.Err() == nil {
+		b.applyPending()
+		for _, u := range b.c.Load().addrs {
+			serve, err := b.connectUplink(ctx, u) // uplink5.go: by protocol
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, errReload) {
+				break // apply the new settings first
+			}
+			if err != nil {
+				b.connectFailed(u, err)
+				continue
+			}
+			bo.reset()
+			b.failLog.connected(b.log, time.Now())
+			serve(ctx)
+			break
+		}
+		t := time.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// connectUplink connects u with the protocol in force and returns the
+// function that serves the connection until it is lost or ctx ends.
+// Called by the owner goroutine only (it may change b.proto).
+func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context), error) {
+	if b.proto == Protocol311 {
+		s, err := b.connect(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		b.uplinkProto.Store(Protocol311)
+		return func(ctx context.Context) { b.serve(ctx, s) }, nil
+	}
+	s, err := b.connect5(ctx, u)
+	if errors.Is(err, errV5Refused) && b.proto == ProtocolAuto {
+		b.log.Info("upstream refuses MQTT 5; using MQTT 3.1.1 until the bridge restarts", "address", u.Redacted())
+		b.proto = Protocol311
+		return b.connectUplink(ctx, u)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.uplinkProto.Store(Protocol5)
+	return func(ctx context.Context) { b.serve5(ctx, s) }, nil
+}

@@ -1,0 +1,156 @@
+package bridge
+
+// Design note. One goroutine (Run's) owns the uplink: it dials, connects a
+// fresh paho client per connection (AutoReconnect off), subscribes the in
+// rules, and while connected runs two helpers it joins before the next
+// attempt:
+//
+//   - the sender asks the session's picker (lanes.go) for the next spool
+//     message by lane and drain policy (it blocks while there is none to
+//     send), waits for room in the send window (window.go:
+//     sized by the link with max_inflight auto, within a fixed count
+//     otherwise, and for QoS 2 within max_inflight_qos2, the upstream's
+//     receive quota, which MQTT 3.1.1 cannot see exceeded), and hands it to
+//     paho; after a reconnect it starts again from the oldest
+//     unacknowledged message of each lane, so the backlog drains as fast as
+//     the window (and, with drain live-first, backlog_share) allows;
+//   - the acker waits for the publishes in send order, acks the spool, frees
+//     their room in the window (which learns the link from their round
+//     trips), and is the ack watchdog: its timer runs only while a publish
+//     is in flight (idle costs nothing).
+//
+// The spool is the source of truth for what is still to be delivered. The
+// QoS 1/2 publishes paho has taken are also in the bridge's uplinkStore,
+// shared by all its paho clients (store.go): with a persistent upstream
+// session paho re-sends them on connect under their original packet ids,
+// which is what makes QoS 2 exactly once across reconnects, and the sender
+// skips them in the spool. With a clean session the store is emptied on
+// connect and the sender re-sends everything from the spool.
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+)
+
+// session is one upstream connection.
+type session struct {
+	b      *Bridge
+	addr   *url.URL
+	client mqtt.Client
+	slot   connSlot
+	lost   chan error // paho's connection-lost report; capacity 1
+	pick   *picker    // what to send next (lanes.go); set by serve
+
+	causeMu sync.Mutex
+	cause   error // first reason the bridge itself gave for tearing down
+}
+
+// setCause records why the bridge tears the session down (first wins).
+func (s *session) setCause(why error) {
+	s.causeMu.Lock()
+	if s.cause == nil {
+		s.cause = why
+	}
+	s.causeMu.Unlock()
+}
+
+func (s *session) getCause() error {
+	s.causeMu.Lock()
+	defer s.causeMu.Unlock()
+	return s.cause
+}
+
+// teardown reports the uplink down at once and closes its socket; paho's
+// reader then fails and reports the connection lost to the owner.
+func (s *session) teardown(why error) {
+	s.setCause(why)
+	s.b.setState(Disconnected, "", why)
+	s.slot.close()
+}
+
+// windowLimits returns the count cap of the send window and whether it is
+// sized by the link (max_inflight auto).
+func (b *Bridge) windowLimits() (maxCount int, auto bool) {
+	if b.cfg.MaxInflight == MaxInflightAuto {
+		return autoMaxCount, true
+	}
+	return b.cfg.MaxInflight, false
+}
+
+// uplinkOps is what serveUplink needs of one upstream connection, over
+// MQTT 3.1.1 (serve) or MQTT 5 (serve5).
+type uplinkOps struct {
+	s        *session
+	quota    int             // the QoS 2 window: max_inflight_qos2, or the broker's Receive Maximum
+	quotaQoS func(byte) byte // the QoS under which a publish takes room in the window
+	// loops returns the sender and the acker of the connection.
+	loops func(win *sendWindow, maxCount int) (send, ack func(context.Context))
+	drain func() // on a stop: wait (bounded) for the publishes in flight
+	bye   func() // on a stop: a polite DISCONNECT
+	close func() // close the socket; return once the client let go of it
+}
+
+// serveUplink runs a connected upstream connection until it is lost or
+// ctx ends: its send window and picker, its sender and acker, and on the
+// way out the stop's drain and the state change.
+func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
+	s := u.s
+	b.lastRead.Store(time.Now().UnixNano())
+	b.connects.Add(1)
+	b.setState(Connected, s.addr.Redacted(), nil)
+
+	sctx, cancel := context.WithCancel(ctx)
+	maxCount, auto := b.windowLimits()
+	win := newSendWindow(maxCount, u.quota, auto, time.Now())
+	b.win.Store(win)
+	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, u.quotaQoS) // lanes.go
+	s.pick.budget = b.budget
+	send, ack := u.loops(win, maxCount)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	senderDone := make(chan struct{})
+	go func() { defer wg.Done(); defer close(senderDone); send(sctx) }()
+	go func() { defer wg.Done(); ack(sctx) }()
+
+	var why error
+	select {
+	case why = <-s.lost:
+	case <-ctx.Done():
+		why = errors.New("stopped")
+		<-senderDone // it stops with ctx; nothing new is sent
+		u.drain()
+	}
+	if c := s.getCause(); c != nil {
+		why = c
+	}
+	cancel()
+	if ctx.Err() != nil {
+		u.bye() // the socket is closed below anyway
+	}
+	u.close()
+	wg.Wait()
+	b.inflight.Store(0)
+	b.win.Store(nil)
+	b.disconnects.Add(1)
+	b.setState(Disconnected, "", why)
+}
+
+// stopDrain bounds how long a stopping bridge waits for its in-flight
+// publishes (never more than ack_timeout).
+const stopDrain = 2 * time.Second
+
+// completed removes a record from the spool once upstream acknowledged it
+// (PUBACK, PUBCOMP, or a QoS 0 write).
+func (b *Bridge) completed(id spool.ID) {
+	if err := b.spool.Load().Ack(id); err != nil {
+		b.log.Error("spool ack", "id", uint64(id), "err", err)
+	}
+	b.acked.Add(1)
+}
