@@ -13,7 +13,7 @@ import (
 
 // waitLost closes the socket and waits (bounded) until paho has stopped
 // its workers and reported the loss.
-func (s *session) waitLost() {
+func (s *uplink311) waitLost() {
 	s.slot.close()
 	t := time.NewTimer(s.b.cfg.WriteTimeout + s.b.cfg.ConnectTimeout)
 	defer t.Stop()
@@ -23,9 +23,10 @@ func (s *session) waitLost() {
 	}
 }
 
-// connect dials u and brings an MQTT session up, subscriptions included.
-func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
-	s := &session{b: b, addr: u, lost: make(chan error, 1)}
+// connect dials u and brings an MQTT 3.1.1 connection up, subscriptions
+// included.
+func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
+	s := &uplink311{uplink: &uplink{b: b, addr: u, lost: make(chan error, 1)}}
 	onTimeout := func(err error) {
 		b.writeTimeouts.Add(1)
 		why := fmt.Errorf("write timeout: %w", err)
@@ -82,7 +83,7 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*session, error) {
 	}
 	// paho has re-sent the stored publishes; the PUBRELs among them hold
 	// packet ids paho does not reserve, so they must complete before any
-	// new SUBSCRIBE or PUBLISH takes an id (store.go).
+	// new SUBSCRIBE or PUBLISH takes an id (session311.go).
 	if rels := b.store.pendingPubrels(); len(rels) > 0 {
 		if err := waitAll(ctx, rels, b.cfg.AckTimeout); err != nil {
 			s.waitLost()
@@ -129,10 +130,10 @@ func waitAll(ctx context.Context, chs []<-chan struct{}, d time.Duration) error 
 
 // subscribeAll is connect's last step: it subscribes the in rules in force
 // on the new connection s (and unsubscribes filters removed by a reload
-// from a persistent upstream session), then makes s the live session for
-// later reloads. Reload cannot interleave: the SUBSCRIBE is handed to paho
+// from a persistent upstream session), then makes s the live connection
+// for later reloads. Reload cannot interleave: the SUBSCRIBE is handed to paho
 // under subMu, so a reload's own SUBSCRIBE/UNSUBSCRIBE follows it.
-func (b *Bridge) subscribeAll(ctx context.Context, s *session) error {
+func (b *Bridge) subscribeAll(ctx context.Context, s *uplink311) error {
 	rl := &b.rl
 	rl.subMu.Lock()
 	if rl.pending.Load() != nil { // a reload changed the settings while this connection was made

@@ -40,9 +40,10 @@ func (c *lockedConn) refused311() bool {
 	return len(c.first) == 4 && c.first[0] == 0x20 && c.first[1] == 2 && c.first[3] == 1
 }
 
-// connect5 dials u and brings an MQTT 5 session up, subscriptions included.
+// connect5 dials u and brings an MQTT 5 connection up, subscriptions
+// included.
 func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
-	s := &uplink5{session: &session{b: b, addr: u, lost: make(chan error, 1)}, recvMax: 65535, maxQoS: 2, retain: true}
+	s := &uplink5{uplink: &uplink{b: b, addr: u, lost: make(chan error, 1)}, recvMax: 65535, maxQoS: 2, retain: true}
 	s.bo = backoff{min: min(retryMin, b.cfg.ReconnectMin), max: b.cfg.ReconnectMax}
 	onTimeout := func(err error) {
 		b.writeTimeouts.Add(1)

@@ -68,7 +68,7 @@
 // persistent (clean_session: false): the bridge's paho store outlives each
 // connection, and the flows a lost connection cut are sent again under
 // their packet ids, the PUBLISH before a PUBREC and the PUBREL after one
-// (store.go). A stop waits briefly for the flows in flight. The packet ids
+// (session311.go). A stop waits briefly for the flows in flight. The packet ids
 // on the wire are derived from the spool records (wireid.go), so after a
 // crash the restarted bridge re-sends unfinished flows under the ids the
 // broker knows, and a new message never collides with an old flow the

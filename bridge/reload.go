@@ -14,7 +14,7 @@ package bridge
 //     clean_session, keepalive, connect_timeout, tls.* paths or the
 //     contents of the files they name): the bridge reconnects, this bridge
 //     only. The owner goroutine applies them between two connections, when
-//     no session goroutine reads them.
+//     no connection's goroutine reads them.
 //
 // Everything else (the spool's settings, write_timeout, ack_timeout,
 // max_inflight, max_inflight_qos2, reconnect_min/max) is read by running
@@ -58,7 +58,7 @@ type reloadState struct {
 	pending atomic.Pointer[Config]
 
 	subMu sync.Mutex
-	live  *session        // the session that last subscribed (it may have ended since)
+	live  *uplink311      // the connection that last subscribed (it may have ended since)
 	have  map[string]byte // its upstream subscriptions
 	stale map[string]bool // removed filters still subscribed in a persistent upstream session
 }
@@ -183,7 +183,7 @@ func sameTLS(a, b *tls.Config) bool {
 
 // applyPending is called by the owner goroutine before each round of
 // connection attempts: it installs the connection settings of the last
-// Reload. No session goroutine runs then, so none reads them.
+// Reload. No connection's goroutine runs then, so none reads them.
 func (b *Bridge) applyPending() {
 	p := b.rl.pending.Swap(nil)
 	if p == nil {

@@ -5,7 +5,7 @@ package bridge
 // rules, and while connected runs two helpers it joins before the next
 // attempt:
 //
-//   - the sender asks the session's picker (lanes.go) for the next spool
+//   - the sender asks the connection's picker (lanes.go) for the next spool
 //     message by lane and drain policy (it blocks while there is none to
 //     send), waits for room in the send window (window.go:
 //     sized by the link with max_inflight auto, within a fixed count
@@ -21,7 +21,7 @@ package bridge
 //
 // The spool is the source of truth for what is still to be delivered. The
 // QoS 1/2 publishes paho has taken are also in the bridge's uplinkStore,
-// shared by all its paho clients (store.go): with a persistent upstream
+// shared by all its paho clients (session311.go): with a persistent upstream
 // session paho re-sends them on connect under their original packet ids,
 // which is what makes QoS 2 exactly once across reconnects, and the sender
 // skips them in the spool. With a clean session the store is emptied on
@@ -34,26 +34,28 @@ import (
 	"sync"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/edgegw/edgegw/bridge/spool"
 )
 
-// session is one upstream connection.
-type session struct {
-	b      *Bridge
-	addr   *url.URL
-	client mqtt.Client
-	slot   connSlot
-	lost   chan error // paho's connection-lost report; capacity 1
-	pick   *picker    // what to send next (lanes.go); set by serve
+// uplink is one upstream connection, what the MQTT 3.1.1 (uplink311) and
+// MQTT 5 (uplink5) connections share: its address and socket, the
+// client's report that it was lost, its picker and why the bridge tore it
+// down. ("Session" in this package is the MQTT session: the state the
+// client and the broker keep across connections, session311.go and
+// session5.go.)
+type uplink struct {
+	b    *Bridge
+	addr *url.URL
+	slot connSlot
+	lost chan error // the client's connection-lost report; capacity 1
+	pick *picker    // what to send next (lanes.go); set by serveUplink
 
 	causeMu sync.Mutex
 	cause   error // first reason the bridge itself gave for tearing down
 }
 
-// setCause records why the bridge tears the session down (first wins).
-func (s *session) setCause(why error) {
+// setCause records why the bridge tears the connection down (first wins).
+func (s *uplink) setCause(why error) {
 	s.causeMu.Lock()
 	if s.cause == nil {
 		s.cause = why
@@ -61,7 +63,7 @@ func (s *session) setCause(why error) {
 	s.causeMu.Unlock()
 }
 
-func (s *session) getCause() error {
+func (s *uplink) getCause() error {
 	s.causeMu.Lock()
 	defer s.causeMu.Unlock()
 	return s.cause
@@ -69,7 +71,7 @@ func (s *session) getCause() error {
 
 // teardown reports the uplink down at once and closes its socket; paho's
 // reader then fails and reports the connection lost to the owner.
-func (s *session) teardown(why error) {
+func (s *uplink) teardown(why error) {
 	s.setCause(why)
 	s.b.setState(Disconnected, "", why)
 	s.slot.close()
@@ -87,7 +89,7 @@ func (b *Bridge) windowLimits() (maxCount int, auto bool) {
 // uplinkOps is what serveUplink needs of one upstream connection, over
 // MQTT 3.1.1 (serve) or MQTT 5 (serve5).
 type uplinkOps struct {
-	s        *session
+	s        *uplink
 	quota    int             // the QoS 2 window: max_inflight_qos2, or the broker's Receive Maximum
 	quotaQoS func(byte) byte // the QoS under which a publish takes room in the window
 	// loops returns the sender and the acker of the connection.

@@ -10,10 +10,16 @@ import (
 	"github.com/edgegw/edgegw/bridge/spool"
 )
 
-// serve runs a connected session until it is lost or ctx ends.
-func (b *Bridge) serve(ctx context.Context, s *session) {
+// uplink311 is one MQTT 3.1.1 upstream connection: a paho client on it.
+type uplink311 struct {
+	*uplink
+	client mqtt.Client
+}
+
+// serve runs a connected MQTT 3.1.1 uplink until it is lost or ctx ends.
+func (b *Bridge) serve(ctx context.Context, s *uplink311) {
 	b.serveUplink(ctx, uplinkOps{
-		s: s, quota: b.cfg.MaxInflightQoS2, quotaQoS: sameQoS,
+		s: s.uplink, quota: b.cfg.MaxInflightQoS2, quotaQoS: sameQoS,
 		loops: func(win *sendWindow, maxCount int) (send, ack func(context.Context)) {
 			pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
 			return func(ctx context.Context) { s.send(ctx, win, pending) }, func(ctx context.Context) { s.ack(ctx, win, pending) }
@@ -37,7 +43,7 @@ type inflight struct {
 // does not send them again under new packet ids: the in-process store does
 // not survive the process. It gives up after stopDrain or when the uplink
 // is lost.
-func (s *session) drain() {
+func (s *uplink311) drain() {
 	chs := s.b.store.doneChans()
 	if len(chs) == 0 {
 		return
@@ -56,13 +62,13 @@ func (s *session) drain() {
 	}
 }
 
-// send is the session's sender: it keeps spool messages in flight as
+// send is the 3.1.1 uplink's sender: it keeps spool messages in flight as
 // the send window allows (window.go), in the picker's order (lanes.go),
 // starting from the oldest unacked ones. A message waits for room in its turn (order is
 // kept): a QoS 2 message for a slot of max_inflight_qos2 too. The
 // publishes paho re-sent on connect come first: they hold room and are
 // not sent again.
-func (s *session) send(ctx context.Context, win *sendWindow, pending chan<- inflight) {
+func (s *uplink311) send(ctx context.Context, win *sendWindow, pending chan<- inflight) {
 	b := s.b
 	now := time.Now()
 	for _, e := range b.store.pending() {
@@ -115,12 +121,12 @@ func (s *session) send(ctx context.Context, win *sendWindow, pending chan<- infl
 	}
 }
 
-// ack is the session's acker and ack watchdog: it waits for publishes in
+// ack is the 3.1.1 uplink's acker and ack watchdog: it waits for publishes in
 // send order (acknowledgements come in that order; 5.0 §4.6 requires
 // it of clients, [MQTT-4.6.0-2]), frees their
 // window slots, and tears the uplink down if the oldest one is older than
 // ack_timeout with nothing read from upstream since it was sent.
-func (s *session) ack(ctx context.Context, win *sendWindow, pending <-chan inflight) {
+func (s *uplink311) ack(ctx context.Context, win *sendWindow, pending <-chan inflight) {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

@@ -46,9 +46,9 @@ var errV5Refused = errors.New("upstream refuses MQTT 5")
 
 // uplink5 is one MQTT 5 upstream connection.
 type uplink5 struct {
-	*session // the 3.1.1 session's teardown, cause and lost report; its client is nil
-	c        *paho.Client
-	done     <-chan struct{} // closed when paho's client has shut down
+	*uplink
+	c    *paho.Client
+	done <-chan struct{} // closed when paho's client has shut down
 
 	recvMax   int  // the broker's Receive Maximum
 	maxPacket int  // the broker's Maximum Packet Size (0: none)
@@ -99,10 +99,10 @@ func quotaQoS(qos byte) byte {
 	return 0
 }
 
-// serve5 runs a connected MQTT 5 session until it is lost or ctx ends.
+// serve5 runs a connected MQTT 5 uplink until it is lost or ctx ends.
 func (b *Bridge) serve5(ctx context.Context, s *uplink5) {
 	b.serveUplink(ctx, uplinkOps{
-		s: s.session, quota: s.recvMax, quotaQoS: quotaQoS,
+		s: s.uplink, quota: s.recvMax, quotaQoS: quotaQoS,
 		loops: func(win *sendWindow, maxCount int) (send, ack func(context.Context)) {
 			pending := make(chan inflight5, maxCount)
 			return func(ctx context.Context) { s.send(ctx, win, pending) }, func(ctx context.Context) { s.ack(ctx, win, pending) }
@@ -114,7 +114,7 @@ func (b *Bridge) serve5(ctx context.Context, s *uplink5) {
 }
 
 // drain waits, on a stop, for the flows in flight to end (bounded), as
-// the 3.1.1 session's drain does.
+// the 3.1.1 uplink's drain does.
 func (s *uplink5) drain() {
 	fs := s.b.sess5.pending()
 	t := time.NewTimer(min(stopDrain, s.b.cfg.AckTimeout))
@@ -231,7 +231,7 @@ func (s *uplink5) retry(rec spool.ID, lane spool.Lane) {
 // accepted resets the refusal backoff. The acker's only.
 func (s *uplink5) accepted() { s.bo.reset() }
 
-// ack is the MQTT 5 acker and ack watchdog (see session.ack): it waits
+// ack is the MQTT 5 acker and ack watchdog (see uplink311.ack): it waits
 // for each flow's end in send order and frees its room in the window.
 func (s *uplink5) ack(ctx context.Context, win *sendWindow, pending <-chan inflight5) {
 	b := s.b
