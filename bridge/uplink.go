@@ -1,20 +1,21 @@
 package bridge
 
 // Design note. One goroutine (Run's) owns the uplink: it dials, connects a
-// fresh paho client per connection (AutoReconnect off), subscribes the in
-// rules, and while connected runs two helpers it joins before the next
-// attempt:
+// fresh client per connection (paho over 3.1.1, paho.golang over 5;
+// AutoReconnect off), subscribes the in rules, and while connected runs two
+// helpers it joins before the next attempt, the same code for both
+// protocols (each protocol's part is the protocol interface, send.go):
 //
-//   - the sender asks the connection's picker (lanes.go) for the next spool
+//   - the sender (send.go) asks the connection's picker (lanes.go) for the next spool
 //     message by lane and drain policy (it blocks while there is none to
 //     send), waits for room in the send window (window.go:
 //     sized by the link with max_inflight auto, within a fixed count
 //     otherwise, and for QoS 2 within max_inflight_qos2, the upstream's
-//     receive quota, which MQTT 3.1.1 cannot see exceeded), and hands it to
-//     paho; after a reconnect it starts again from the oldest
+//     receive quota, which MQTT 3.1.1 cannot see exceeded; over MQTT 5 the
+//     broker's Receive Maximum), and hands it to the client; after a reconnect it starts again from the oldest
 //     unacknowledged message of each lane, so the backlog drains as fast as
 //     the window (and, with drain live-first, backlog_share) allows;
-//   - the acker waits for the publishes in send order, acks the spool, frees
+//   - the acker (ack.go) waits for the publishes in send order, acks the spool, frees
 //     their room in the window (which learns the link from their round
 //     trips), and is the ack watchdog: its timer runs only while a publish
 //     is in flight (idle costs nothing).
@@ -33,8 +34,6 @@ import (
 	"net/url"
 	"sync"
 	"time"
-
-	"github.com/edgegw/edgegw/bridge/spool"
 )
 
 // uplink is one upstream connection, what the MQTT 3.1.1 (uplink311) and
@@ -92,11 +91,10 @@ type uplinkOps struct {
 	s        *uplink
 	quota    int             // the QoS 2 window: max_inflight_qos2, or the broker's Receive Maximum
 	quotaQoS func(byte) byte // the QoS under which a publish takes room in the window
-	// loops returns the sender and the acker of the connection.
-	loops func(win *sendWindow, maxCount int) (send, ack func(context.Context))
-	drain func() // on a stop: wait (bounded) for the publishes in flight
-	bye   func() // on a stop: a polite DISCONNECT
-	close func() // close the socket; return once the client let go of it
+	proto    protocol        // for the sender and the acker (send.go, ack.go)
+	drain    func()          // on a stop: wait (bounded) for the publishes in flight
+	bye      func()          // on a stop: a polite DISCONNECT
+	close    func()          // close the socket; return once the client let go of it
 }
 
 // serveUplink runs a connected upstream connection until it is lost or
@@ -114,12 +112,12 @@ func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 	b.win.Store(win)
 	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, u.quotaQoS) // lanes.go
 	s.pick.budget = b.budget
-	send, ack := u.loops(win, maxCount)
+	pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
-	go func() { defer wg.Done(); defer close(senderDone); send(sctx) }()
-	go func() { defer wg.Done(); ack(sctx) }()
+	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, win, pending, u.proto) }()
+	go func() { defer wg.Done(); s.ack(sctx, win, pending, u.proto) }()
 
 	var why error
 	select {
@@ -147,12 +145,3 @@ func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 // stopDrain bounds how long a stopping bridge waits for its in-flight
 // publishes (never more than ack_timeout).
 const stopDrain = 2 * time.Second
-
-// completed removes a record from the spool once upstream acknowledged it
-// (PUBACK, PUBCOMP, or a QoS 0 write).
-func (b *Bridge) completed(id spool.ID) {
-	if err := b.spool.Load().Ack(id); err != nil {
-		b.log.Error("spool ack", "id", uint64(id), "err", err)
-	}
-	b.acked.Add(1)
-}

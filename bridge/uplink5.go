@@ -33,7 +33,6 @@ package bridge
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -80,14 +79,6 @@ func (b *Bridge) dropRefused(rec spool.ID, rc byte) {
 	b.upRefusedLog.note(b.log, rc)
 }
 
-// inflight5 is an MQTT 5 publish handed to paho and not yet answered.
-type inflight5 struct {
-	id   spool.ID
-	lane spool.Lane
-	f    *flow5
-	st   stamp
-}
-
 // quotaQoS is the QoS under which a publish takes room in the send
 // window: over MQTT 5 the window's QoS 2 count is the broker's receive
 // quota [MQTT-4.9.0-1], which QoS 1 and QoS 2 publishes take alike
@@ -103,10 +94,7 @@ func quotaQoS(qos byte) byte {
 func (b *Bridge) serve5(ctx context.Context, s *uplink5) {
 	b.serveUplink(ctx, uplinkOps{
 		s: s.uplink, quota: s.recvMax, quotaQoS: quotaQoS,
-		loops: func(win *sendWindow, maxCount int) (send, ack func(context.Context)) {
-			pending := make(chan inflight5, maxCount)
-			return func(ctx context.Context) { s.send(ctx, win, pending) }, func(ctx context.Context) { s.ack(ctx, win, pending) }
-		},
+		proto: s,
 		drain: s.drain,
 		bye:   func() { _ = s.c.Disconnect(&paho.Disconnect{ReasonCode: 0}) },
 		close: s.waitLost5,
@@ -131,86 +119,25 @@ func (s *uplink5) drain() {
 	}
 }
 
-// send is the MQTT 5 sender: the flows re-sent on connect first (they hold
-// room), then the spool in the picker's order (lanes.go: by lane, drain
-// policy and budget, as over 3.1.1, with the temporarily refused records
-// first in their lanes after a backoff), each within the send window and
-// the receive quota.
-func (s *uplink5) send(ctx context.Context, win *sendWindow, pending chan<- inflight5) {
-	b := s.b
-	now := time.Now()
-	for _, f := range b.sess5.pending() {
-		st := win.add(f.size, quotaQoS(f.qos), now)
-		s.pick.resume(f.rec, st)
-		b.inflight.Add(1)
-		b.sent.Add(1)
-		pending <- inflight5{id: f.rec, lane: f.lane, f: f, st: st}
+// resumed returns the flows the session re-sent on connect, oldest record
+// first (protocol).
+func (s *uplink5) resumed() []inflight {
+	var fs []inflight
+	for _, f := range s.b.sess5.pending() {
+		fs = append(fs, inflight{id: f.rec, lane: f.lane, f: f, done: f.done})
 	}
-	for {
-		id, m, err := s.pick.next(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.teardown(fmt.Errorf("spool: %w", err))
-			}
-			return
-		}
-		size := publishSize(m.Topic, len(m.Payload))
-		if rc := s.refuseLocally(m, size); rc != 0 {
-			b.dropRefused(id, rc)
-			s.pick.done(id)
-			continue
-		}
-		st, ok := win.acquire(ctx, size, quotaQoS(m.QoS))
-		if !ok {
-			return
-		}
-		var f *flow5
-		for m.QoS > 0 && f == nil {
-			var busy <-chan struct{}
-			if f, busy = b.sess5.begin(id, m.QoS, m.Lane, size); f == nil {
-				select { // a record 65535 older holds the packet id
-				case <-busy:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-		b.inflight.Add(1)
-		st.sent = time.Now()
-		p := &paho.Publish{QoS: m.QoS, Retain: m.Retain, Topic: m.Topic, Payload: m.Payload}
-		if f != nil {
-			p.PacketID = f.id
-		}
-		_, err = s.c.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
-		b.sent.Add(1)
-		if f == nil { // QoS 0: complete once written
-			b.inflight.Add(-1)
-			win.release(st, time.Now())
-			if err != nil {
-				s.teardown(fmt.Errorf("publish: %w", err))
-				return
-			}
-			b.completed(id)
-			s.pick.done(id)
-			continue
-		}
-		if err != nil && !errors.Is(err, paho.ErrNetworkErrorAfterStored) {
-			b.sess5.abandon(f) // not taken: the next connection sends the record again
-			b.inflight.Add(-1)
-			win.release(st, time.Now())
-			s.teardown(fmt.Errorf("publish: %w", err))
-			return
-		}
-		pending <- inflight5{id: id, lane: m.Lane, f: f, st: st}
-	}
+	return fs
 }
 
-// refuseLocally returns the reason code a broker would refuse m with,
-// from what its CONNACK announced, or 0: such a message is never sent
-// (a client must not send it: [MQTT-3.2.2-15] size, [MQTT-3.2.2-11] QoS,
+// room returns a resumed flow's size and QoS (protocol).
+func (s *uplink5) room(f inflight) (int, byte) { return f.f.size, f.f.qos }
+
+// refuse returns the reason code a broker would refuse m with, from what
+// its CONNACK announced, or 0 (protocol): such a message is never sent (a
+// client must not send it: [MQTT-3.2.2-15] size, [MQTT-3.2.2-11] QoS,
 // [MQTT-3.2.2-14] retain; the broker would close the connection), it is
 // dropped and counted.
-func (s *uplink5) refuseLocally(m spool.Message, size int) byte {
+func (s *uplink5) refuse(m spool.Message, size int) byte {
 	switch {
 	case s.maxPacket > 0 && size > s.maxPacket:
 		return rcPacketTooLarge
@@ -222,6 +149,44 @@ func (s *uplink5) refuseLocally(m spool.Message, size int) byte {
 	return 0
 }
 
+// claim registers the flow of record f.id in the session under its
+// packet id, once no flow 65535 records older holds it (protocol).
+func (s *uplink5) claim(ctx context.Context, f *inflight, m spool.Message, size int) bool {
+	for f.f == nil {
+		var busy <-chan struct{}
+		if f.f, busy = s.b.sess5.begin(f.id, m.QoS, m.Lane, size); f.f == nil {
+			select { // a record 65535 older holds the packet id
+			case <-busy:
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
+	f.done = f.f.done
+	return true
+}
+
+// publish hands m to paho.golang under its flow's packet id (protocol).
+// Unlike paho's, its Publish returns once the packet is written (or
+// stored, for QoS 1/2), so a QoS 0 publish is complete here; a QoS 1/2
+// one paho.golang did not take is abandoned, and the next connection
+// sends its record again.
+func (s *uplink5) publish(ctx context.Context, f *inflight, m spool.Message) (bool, error) {
+	p := &paho.Publish{QoS: m.QoS, Retain: m.Retain, Topic: m.Topic, Payload: m.Payload}
+	if f.f != nil {
+		p.PacketID = f.f.id
+	}
+	_, err := s.c.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+	if f.f == nil { // QoS 0: complete once written
+		return true, err
+	}
+	if err != nil && !errors.Is(err, paho.ErrNetworkErrorAfterStored) {
+		s.b.sess5.abandon(f.f) // not taken: the next connection sends the record again
+		return false, err
+	}
+	return false, nil
+}
+
 // retry schedules record rec of lane, temporarily refused, to be sent
 // again, and holds the sender back for a backoff. The acker's only.
 func (s *uplink5) retry(rec spool.ID, lane spool.Lane) {
@@ -231,51 +196,22 @@ func (s *uplink5) retry(rec spool.ID, lane spool.Lane) {
 // accepted resets the refusal backoff. The acker's only.
 func (s *uplink5) accepted() { s.bo.reset() }
 
-// ack is the MQTT 5 acker and ack watchdog (see uplink311.ack): it waits
-// for each flow's end in send order and frees its room in the window.
-func (s *uplink5) ack(ctx context.Context, win *sendWindow, pending <-chan inflight5) {
+// finish ends flow f for the acker (protocol): the session has acked or
+// dropped its record already (ended5); a temporary refusal sends it again
+// after a backoff.
+func (s *uplink5) finish(f inflight) bool {
 	b := s.b
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		var f inflight5
-		select {
-		case f = <-pending:
-		case <-ctx.Done():
-			return
-		}
-		timer.Reset(time.Until(f.st.sent.Add(b.cfg.AckTimeout)))
-	wait:
-		for {
-			select {
-			case <-f.f.done:
-				timer.Stop()
-				break wait
-			case <-timer.C:
-				if b.lastRead.Load() < f.st.sent.UnixNano() {
-					b.trips.Add(1)
-					s.teardown(fmt.Errorf("ack watchdog: no ack for %s and nothing from upstream", b.cfg.AckTimeout))
-					return
-				}
-				timer.Reset(b.cfg.AckTimeout)
-			case <-ctx.Done():
-				return
-			}
-		}
-		s.pick.done(f.id) // before a retry takes it again
-		switch {
-		case f.f.reset:
-			// The broker lost the session (only at a connect, before this
-			// acker ran): the record stays and is sent again.
-		case f.f.reason >= 0x80 && !permanentRefusal(f.f.reason):
-			b.upRefused.retried.Add(1)
-			b.upRefusedLog.note(b.log, f.f.reason)
-			s.retry(f.id, f.lane)
-		case f.f.reason < 0x80:
-			s.accepted()
-		}
-		b.inflight.Add(-1)
-		win.release(f.st, time.Now())
+	s.pick.done(f.id) // before a retry takes it again
+	switch {
+	case f.f.reset:
+		// The broker lost the session (only at a connect, before this
+		// acker ran): the record stays and is sent again.
+	case f.f.reason >= 0x80 && !permanentRefusal(f.f.reason):
+		b.upRefused.retried.Add(1)
+		b.upRefusedLog.note(b.log, f.f.reason)
+		s.retry(f.id, f.lane)
+	case f.f.reason < 0x80:
+		s.accepted()
 	}
+	return true
 }
