@@ -349,18 +349,19 @@ func (p *picker) refused(lane spool.Lane, lo, hi spool.ID) (spool.ID, spool.Mess
 		}
 		id := q[k]
 		p.mu.Unlock()
-		es, err := p.sp.Peek(id-1, 1)
+		// Get, not Peek(id-1, 1): the record after a gone one may be in
+		// flight, and Peek would drop it if it expired meanwhile.
+		m, found, err := p.sp.Get(id)
 		if err != nil {
 			return 0, spool.Message{}, false, err
 		}
-		found := len(es) == 1 && es[0].ID == id
 		if !found || hi == 0 {
 			p.mu.Lock()
 			p.unqueueLocked(lane, id)
 			p.mu.Unlock()
 		}
 		if found {
-			return id, es[0].Message, true, nil
+			return id, m, true, nil
 		}
 	}
 }

@@ -141,3 +141,49 @@ func TestPickerBacklogShareOfQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestPickerRefusedGoneKeepsNextInFlight: a record refused for now (MQTT
+// 5) that left the spool before it was sent again is forgotten, and the
+// look-up for it does not touch the record after it: that one is in
+// flight, and its expiry passing meanwhile must not drop it (it was sent
+// before it expired; its PUBACK is on the way and is what removes it).
+func TestPickerRefusedGoneKeepsNextInFlight(t *testing.T) {
+	now := time.Now()
+	clock := func() time.Time { return now }
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), Sync: spool.SyncNone, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	refused, err := sp.Append(context.Background(), msg("refused", spool.LaneNormal, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiring := msg("in flight", spool.LaneNormal, 1)
+	expiring.Expiry = now.Add(time.Second)
+	inFlight, err := sp.Append(context.Background(), expiring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	win := newSendWindow(16, 16, false, now)
+	p := newPicker(sp, DrainFIFO, DefaultBacklogShare, win, quotaQoS)
+	for _, want := range []string{"refused", "in flight"} {
+		if got := pickNow(t, p); got != want {
+			t.Fatalf("picked %q, want %q", got, want)
+		}
+	}
+	p.done(refused)
+	p.again(refused, spool.LaneNormal, now)                       // refused for now, sent again at once
+	if err := sp.Drop(refused, spool.DropSpoolFull); err != nil { // it leaves the spool meanwhile
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Second) // the in-flight record's expiry passes
+
+	if got := pickNow(t, p); got != "" {
+		t.Fatalf("picked %q, want nothing", got)
+	}
+	st := sp.Stats()
+	if st.Dropped[spool.DropExpired] != 0 || st.Messages != 1 {
+		t.Fatalf("record %d in flight: %d dropped as expired, %d messages left; want 0 and 1", inFlight, st.Dropped[spool.DropExpired], st.Messages)
+	}
+}

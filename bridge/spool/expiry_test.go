@@ -87,3 +87,41 @@ func TestDropCountsRefused(t *testing.T) {
 	s.Drop(ids[1], DropRefused) // gone already: not counted twice
 	checkLedger(t, s.Stats().Ledger, Ledger{Accepted: 3, Live: 2, Dropped: map[DropReason]uint64{DropRefused: 1}})
 }
+
+// TestGetReadsOnlyItsRecord: Get returns a live record, drops it if it
+// expired, and for a record that is gone says so without reading (and
+// dropping) the record after it, which may be in flight.
+func TestGetReadsOnlyItsRecord(t *testing.T) {
+	clk := newTestClock()
+	s := openT(t, Options{Dir: t.TempDir(), Now: clk.now})
+	ctx := context.Background()
+	var ids []ID
+	for i := range 3 {
+		m := testMsg(i + 1)
+		m.Expiry = clk.now().Add(time.Second)
+		id, err := s.Append(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if m, ok, err := s.Get(ids[0]); err != nil || !ok || m.Topic != testMsg(1).Topic {
+		t.Fatalf("Get(%d) = %q, %v, %v; want %q", ids[0], m.Topic, ok, err, testMsg(1).Topic)
+	}
+	if err := s.Ack(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(2 * time.Second)
+	if _, ok, err := s.Get(ids[0]); err != nil || ok {
+		t.Fatalf("Get of an acked record: ok %v, err %v", ok, err)
+	}
+	if st := s.Stats(); st.Messages != 2 || st.Dropped[DropExpired] != 0 {
+		t.Fatalf("after Get of a gone record: %d messages, %d expired; want 2, 0", st.Messages, st.Dropped[DropExpired])
+	}
+	if _, ok, err := s.Get(ids[1]); err != nil || ok {
+		t.Fatalf("Get of an expired record: ok %v, err %v", ok, err)
+	}
+	if st := s.Stats(); st.Messages != 1 || st.Dropped[DropExpired] != 1 {
+		t.Fatalf("after Get of an expired record: %d messages, %d expired; want 1, 1", st.Messages, st.Dropped[DropExpired])
+	}
+}

@@ -791,6 +791,38 @@ func (s *Spool) Peek(after ID, n int) ([]Entry, error) {
 	return out, nil
 }
 
+// Get returns record id if it is still in the spool (ok false: acked,
+// dropped, or not written). An expired one is dropped, as by Next, and not
+// returned; an unreadable one is dropped as corrupt. Unlike Peek(id-1, 1)
+// it never reads another record: the bridge re-reads a record the
+// upstream refused for now, and the record after it may be in flight,
+// sent before it expired, which must not be dropped as expired under its
+// acker.
+func (s *Spool) Get(id ID) (m Message, ok bool, err error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return m, false, ErrClosed
+	}
+	g, i := s.locateLocked(id)
+	if g == nil || g.isRemoved(i) {
+		s.mu.Unlock()
+		return m, false, nil
+	}
+	l := recLoc{id: id, f: g.f, off: int64(g.offs[i]), n: g.recLen(i)}
+	s.mu.Unlock()
+	m, err = s.read(l)
+	switch {
+	case err != nil:
+		s.readFailed(l, err)
+		return Message{}, false, nil
+	case s.expired(&m):
+		s.drop(id, DropExpired)
+		return Message{}, false, nil
+	}
+	return m, true, nil
+}
+
 // Stats returns a snapshot of the spool's state and counters.
 func (s *Spool) Stats() Stats {
 	s.mu.Lock()
