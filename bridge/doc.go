@@ -3,6 +3,64 @@
 // half-open. One Bridge is one entry of `bridges:` in the configuration;
 // docs/bridge.md is the operator's version of this text.
 //
+// # Files
+//
+//	bridge.go      Bridge, New, Open, Close, Run: the lifecycle
+//	state.go       State, Stats, setState: $SYS/bridge/<name>/state
+//	config.go      Config, its validation and compiled rules; defaults.go
+//	sink.go        the gateway's sink: a local message into the spool
+//	lanes.go       what a rule adds to a spooled message (expiry, lane);
+//	               the picker: which record goes next
+//	refusals.go    local messages the spool could not keep, counted and logged
+//	loop.go        the owner goroutine: reconnect loop, backoff, protocol choice
+//	uplink.go      one upstream connection, either protocol: serveUplink
+//	send.go        the sender, either protocol
+//	ack.go         the acker and ack watchdog, either protocol; completed
+//	window.go      the send window (max_inflight auto)
+//	budget.go      the byte budget and rate limit
+//	conn.go        the transport: dial, deadlines; batchwrite.go its writes
+//	inbound.go     messages from upstream, both protocols
+//	reload.go      live reload (SIGHUP)
+//	ledger.go      where every accepted message went; spoolstats.go
+//	protocol.go    the MQTT version; MQTT 5 reason codes
+//	log.go         paho's log; connect failure lines
+//	addresses.go   the addresses for the status page
+//
+// The two protocols, side by side (paho for MQTT 3.1.1, paho.golang for
+// MQTT 5):
+//
+//	MQTT 3.1.1        MQTT 5
+//	connect311.go     connect5.go     CONNECT, subscriptions
+//	uplink311.go      uplink5.go      the protocol's part of send and ack
+//	session311.go     session5.go     the MQTT session: in-flight flows,
+//	                                  re-sent on reconnect
+//	wireid.go                         packet ids on the wire (paho's are
+//	                                  rewritten; paho.golang sends ours)
+//
+// "Session" is the MQTT session only (the state client and broker keep
+// across connections); one connection is an uplink.
+//
+// # The route of a local message
+//
+//	sink.go        AcceptAsync maps it (config.go outRule, lanes.go
+//	               spoolMessageFor) and appends it to
+//	spool/         the spool (spool.go write, flush.go group commit); the
+//	               gateway acknowledges the publisher from done
+//	loop.go        the owner connects (connect311.go or connect5.go,
+//	               through conn.go dial) and serves
+//	uplink.go      serveUplink: window, picker, sender and acker, then
+//	send.go        send: the picker (lanes.go next; spool Head) picks it,
+//	               the window (window.go acquire) takes it, and the
+//	               protocol (uplink311.go or uplink5.go claim, publish;
+//	               session311.go or session5.go) hands it to the client,
+//	               onto the wire (conn.go, wireid.go, batchwrite.go)
+//	session311.go  the PUBACK/PUBCOMP ends its flow (Del; over MQTT 5
+//	               session5.go PacketReceived, uplink5.go ended5), which
+//	               acks its record (ack.go completed: spool Ack)
+//	ack.go         ack: the flow ended in send order (uplink311.go or
+//	               uplink5.go finish: a refusal for now goes back to the
+//	               picker), its room in the window is freed
+//
 // # Topic rules
 //
 // Each rule has mosquitto's "topic <pattern> <direction> <qos>
@@ -143,4 +201,39 @@
 // handshake, CONNECT or SUBSCRIBE, a watchdog trip or a write timeout all
 // publish "disconnected" before the bridge starts reconnecting. Stats
 // returns the counters behind it.
+//
+// # Lock order
+//
+// Locks are taken top down, never bottom up; a lock not listed is a leaf
+// (the picker's, the window's, the budget's, uplinkStore's, the refusal
+// logs', uplink.causeMu).
+//
+//	reloadState.mu        Reload (reload.go)
+//	  Bridge.openMu       the sinks and the spool (bridge.go, reload.go)
+//	    Bridge.stateMu    the state (state.go); gateway.Publish runs under
+//	                      it (the gateway never hands that message back)
+//	  reloadState.subMu   the live connection's subscriptions; paho is
+//	                      handed SUBSCRIBE under it (connect311.go, reload.go)
+//	    Bridge.stateMu, uplink.causeMu   (teardown)
+//	    connSlot.mu       the connection's socket (conn.go)
+//	      batchWriter.mu
+//	session5.mu           the MQTT 5 session; acks and re-sends are written
+//	                      under it (session5.go)
+//	  lockedConn's mutex  held by paho.golang while it writes a packet
+//	    batchWriter.mu, budget.mu
+//
+// # Design notes
+//
+//	uplink.go      the owner, the sender and the acker
+//	uplink5.go     the MQTT 5 uplink: Receive Maximum, reason codes
+//	session311.go  exactly once across reconnects (paho's store)
+//	session5.go    the MQTT 5 session state (paho.golang's SessionManager)
+//	wireid.go      packet ids on the wire
+//	window.go      how much is in flight upstream
+//	batchwrite.go  batched writes to the uplink
+//	budget.go      the byte budget
+//	lanes.go       what a rule adds to a message (expiry)
+//	ledger.go      the delivery ledger
+//	reload.go      what a running bridge can take without a restart
+//	spool/doc.go   the spool: durability, damage, full disk, overflow
 package bridge

@@ -4,7 +4,8 @@
 // gateway acknowledges it to the sensor (PUBACK/PUBREC), and it is removed
 // only when the upstream broker has acknowledged it (DESIGN.md, principle 4).
 // The bridge is the only user: AppendAsync (or Append) on the receive path,
-// Next/Peek and Ack on the uplink path.
+// Head (by lane), Get (a record to send again) and Ack or Drop on the
+// uplink path; Next and Peek read across lanes.
 //
 // # Files
 //
