@@ -375,19 +375,19 @@ func (p *picker) unqueueLocked(lane spool.Lane, id spool.ID) {
 }
 
 // head returns the lane's next record after *cursor (below limit, if
-// limit is not 0), skipping the flows re-sent on connect (the cursor
-// moves past them); the caller moves the cursor past the record it takes.
+// limit is not 0), passing over the flows re-sent on connect: they are in
+// flight, and the spool must not read them (it would drop one whose
+// expiry passed meanwhile, although it was sent in time and its ack is
+// on the way). The caller moves the cursor past the record it takes.
 func (p *picker) head(lane spool.Lane, cursor *spool.ID, limit spool.ID) (spool.ID, spool.Message, bool, error) {
-	for {
-		id, m, ok, err := p.sp.Head(lane, *cursor)
-		if err != nil || !ok || (limit != 0 && id >= limit) {
-			return 0, m, false, err
-		}
-		if p.resent[id] {
-			*cursor = id
-			delete(p.resent, id)
-			continue
-		}
-		return id, m, true, nil
+	id, m, ok, err := p.sp.HeadSkipping(lane, *cursor, p.isResent)
+	if err != nil || !ok || (limit != 0 && id >= limit) {
+		return 0, m, false, err
 	}
+	return id, m, true, nil
 }
+
+// isResent reports whether record id was re-sent on connect (resume).
+// Called by the spool under its lock, on the sender's goroutine (resent is
+// the sender's only).
+func (p *picker) isResent(id spool.ID) bool { return p.resent[id] }

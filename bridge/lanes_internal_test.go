@@ -187,3 +187,39 @@ func TestPickerRefusedGoneKeepsNextInFlight(t *testing.T) {
 		t.Fatalf("record %d in flight: %d dropped as expired, %d messages left; want 0 and 1", inFlight, st.Dropped[spool.DropExpired], st.Messages)
 	}
 }
+
+// TestPickerPassesOverResumed: a flow re-sent on connect is in flight; the
+// picker passes over its record without the spool reading it, so its
+// expiry passing meanwhile does not drop it (it was sent in time; its ack
+// removes it), and the record after it is picked.
+func TestPickerPassesOverResumed(t *testing.T) {
+	now := time.Now()
+	clock := func() time.Time { return now }
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), Sync: spool.SyncNone, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	expiring := msg("resumed", spool.LaneNormal, 1)
+	expiring.Expiry = now.Add(time.Second)
+	resumed, err := sp.Append(context.Background(), expiring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Append(context.Background(), msg("next", spool.LaneNormal, 1)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Second) // the resumed flow's expiry passes
+	for _, drain := range []string{DrainFIFO, DrainLiveFirst} {
+		win := newSendWindow(16, 16, false, now)
+		p := newPicker(sp, drain, DefaultBacklogShare, win, quotaQoS)
+		p.resume(resumed, win.add(publishSize("t", 7), 2, now))
+		if got := pickNow(t, p); got != "next" {
+			t.Fatalf("%s: picked %q, want %q", drain, got, "next")
+		}
+		st := sp.Stats()
+		if st.Dropped[spool.DropExpired] != 0 || st.Messages != 2 {
+			t.Fatalf("%s: record %d in flight: %d dropped as expired, %d messages left; want 0 and 2", drain, resumed, st.Dropped[spool.DropExpired], st.Messages)
+		}
+	}
+}

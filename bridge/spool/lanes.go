@@ -93,11 +93,14 @@ func (s *Spool) removedLocked(id ID) bool {
 	return g == nil || g.isRemoved(i)
 }
 
-// headLocked finds the oldest live record of lane with an ID above after.
-// Caller holds s.mu.
-func (s *Spool) headLocked(lane Lane, after ID) (recLoc, bool) {
+// headLocked finds the oldest live record of lane with an ID above after
+// that skip (if not nil) does not pass over. Caller holds s.mu.
+func (s *Spool) headLocked(lane Lane, after ID, skip func(ID) bool) (recLoc, bool) {
 	ids := s.trimLocked(&s.laneQ[lane])
 	for k := sort.Search(len(ids), func(k int) bool { return ids[k] > after }); k < len(ids); k++ {
+		if skip != nil && skip(ids[k]) {
+			continue
+		}
 		if g, i := s.locateLocked(ids[k]); g != nil && !g.isRemoved(i) {
 			return recLoc{id: ids[k], f: g.f, off: int64(g.offs[i]), n: g.recLen(i)}, true
 		}
@@ -109,6 +112,15 @@ func (s *Spool) headLocked(lane Lane, after ID) (recLoc, bool) {
 // without waiting (ok false: none). Expired messages are dropped on the
 // way, as by Next.
 func (s *Spool) Head(lane Lane, after ID) (id ID, m Message, ok bool, err error) {
+	return s.HeadSkipping(lane, after, nil)
+}
+
+// HeadSkipping is Head passing over the records skip reports: the
+// caller's publishes in flight (the bridge's flows re-sent on connect).
+// They are never read, so one whose expiry passed while it was in flight
+// is not dropped as expired: its upstream ack removes it. skip is called
+// with the spool's lock held and must not call the spool.
+func (s *Spool) HeadSkipping(lane Lane, after ID, skip func(ID) bool) (id ID, m Message, ok bool, err error) {
 	if lane >= NumLanes {
 		return 0, m, false, fmt.Errorf("spool: no lane %d", lane)
 	}
@@ -118,7 +130,7 @@ func (s *Spool) Head(lane Lane, after ID) (id ID, m Message, ok bool, err error)
 			s.mu.Unlock()
 			return 0, m, false, ErrClosed
 		}
-		l, found := s.headLocked(lane, after)
+		l, found := s.headLocked(lane, after, skip)
 		s.mu.Unlock()
 		if !found {
 			return 0, m, false, nil
