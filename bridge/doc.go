@@ -8,9 +8,9 @@
 //	bridge.go      Bridge, New, Open, Close, Run: the lifecycle
 //	state.go       State, Stats, setState: $SYS/bridge/<name>/state
 //	config.go      Config, its validation and compiled rules; defaults.go
-//	sink.go        the gateway's sink: a local message into the spool
-//	lanes.go       what a rule adds to a spooled message (expiry, lane);
-//	               the picker: which record goes next
+//	sink.go        the gateway's sink: a local message into the spool, and
+//	               what a rule adds to it (expiry, lane)
+//	lanes.go       the picker: which record goes next
 //	refusals.go    local messages the spool could not keep, counted and logged
 //	loop.go        the owner goroutine: reconnect loop, backoff, protocol choice
 //	uplink.go      one upstream connection, either protocol: serveUplink
@@ -42,7 +42,7 @@
 //
 // # The route of a local message
 //
-//	sink.go        AcceptAsync maps it (config.go outRule, lanes.go
+//	sink.go        AcceptAsync maps it (config.go outRule,
 //	               spoolMessageFor) and appends it to
 //	spool/         the spool (spool.go write, flush.go group commit); the
 //	               gateway acknowledges the publisher from done
@@ -232,7 +232,7 @@
 //	window.go      how much is in flight upstream
 //	batchwrite.go  batched writes to the uplink
 //	budget.go      the byte budget
-//	lanes.go       what a rule adds to a message (expiry)
+//	sink.go        what a rule adds to a message (expiry)
 //	ledger.go      the delivery ledger
 //	reload.go      what a running bridge can take without a restart
 //	spool/doc.go   the spool: durability, damage, full disk, overflow
