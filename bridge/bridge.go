@@ -60,8 +60,13 @@ type Bridge struct {
 	state     State
 	published bool
 	addr      string
-	lastErr   string
 	since     time.Time // when state last changed
+	// lastErr is why the bridge last failed or disconnected. Atomic, not
+	// under stateMu: a Failed bridge's sink reads it, and a sink must not
+	// take stateMu, which setState holds while it publishes: another
+	// bridge's state publication, routed to this sink by a $SYS out rule,
+	// would wait for it while this bridge's waits for that one's.
+	lastErr atomic.Pointer[string]
 
 	connects, disconnects, connectFailures, trips, writeTimeouts atomic.Uint64
 	sent, acked, received, inboundFailed, acceptFailed           atomic.Uint64

@@ -211,7 +211,8 @@
 //	reloadState.mu        Reload (reload.go)
 //	  Bridge.openMu       the sinks and the spool (bridge.go, reload.go)
 //	    Bridge.stateMu    the state (state.go); gateway.Publish runs under
-//	                      it (the gateway never hands that message back)
+//	                      it: no sink takes it (another bridge's sink may
+//	                      receive the state message; lastErr is atomic)
 //	  reloadState.subMu   the live connection's subscriptions; paho is
 //	                      handed SUBSCRIBE under it (connect311.go, reload.go)
 //	    Bridge.stateMu, uplink.causeMu   (teardown)

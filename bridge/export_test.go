@@ -23,3 +23,6 @@ func (l *FailLog) Failed(log *slog.Logger, addr string, err error, now time.Time
 	l.f.failed(log, addr, err, now)
 }
 func (l *FailLog) Connected(log *slog.Logger, now time.Time) { l.f.connected(log, now) }
+
+// SetStateForTest changes the bridge's state as its owner would.
+func (b *Bridge) SetStateForTest(s State, why error) { b.setState(s, "", why) }

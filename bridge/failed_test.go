@@ -1,9 +1,11 @@
 package bridge_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,4 +73,57 @@ func TestSpoolCannotOpen(t *testing.T) {
 	r.waitState(t, bridge.Connected)
 	testutil.Eventually(t, 10*time.Second, "delivered after the spool opened", func() bool { return upSub.has("site-a/sensors/t1", "retried") })
 	t.Logf("refused %d times (%d disconnects) before the spool opened", b.Stats().AcceptFailed, lost.Load())
+}
+
+// TestFailedBridgesForwardEachOthersState: two bridges whose spools cannot
+// open, each with an out rule for the bridges' $SYS state topics. A state
+// change publishes the retained state locally while it holds the state's
+// lock, and that message reaches the other bridge's sink, which refuses
+// it with its own last error. When the sink read that error under its
+// bridge's state lock, two bridges changing state at once waited for each
+// other for ever.
+func TestFailedBridgesForwardEachOthersState(t *testing.T) {
+	gw := startGateway(t)
+	var bs []*bridge.Bridge
+	for _, name := range []string{"a", "b"} {
+		cfg := testConfig(t, name, "tcp://127.0.0.1:1")
+		cfg.Topics = []bridge.Rule{{Pattern: "$SYS/bridge/#", Direction: bridge.Out, QoS: 1, RemotePrefix: "site/"}}
+		cfg.SpoolDir = filepath.Join(t.TempDir(), "spool")
+		if err := os.WriteFile(cfg.SpoolDir, []byte("not a directory"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := bridge.New(cfg, gw.srv, testLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Open(); err == nil {
+			t.Fatal("Open of an unopenable spool succeeded")
+		}
+		bs = append(bs, b)
+	}
+	const rounds = 300
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				s := bridge.Failed
+				if i%2 == 1 {
+					s = bridge.Disconnected
+				}
+				b.SetStateForTest(s, errors.New("spool not a directory"))
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d state changes of two bridges did not finish in 30 s: they wait for each other", 2*rounds)
+	}
+	if st := bs[0].Stats(); st.AcceptFailed == 0 {
+		t.Fatalf("bridge a refused none of b's state messages: the test routes nothing between them")
+	}
 }

@@ -46,9 +46,11 @@ func (k sink) spoolOrErr() (*spool.Spool, error) {
 	if sp := k.b.spool.Load(); sp != nil {
 		return sp, nil
 	}
-	k.b.stateMu.Lock()
-	defer k.b.stateMu.Unlock()
-	return nil, fmt.Errorf("%w: %s", errNoSpool, k.b.lastErr)
+	why := ""
+	if p := k.b.lastErr.Load(); p != nil {
+		why = *p
+	}
+	return nil, fmt.Errorf("%w: %s", errNoSpool, why)
 }
 
 // refused counts, logs (rate-limited) and wraps an error of the spool

@@ -76,7 +76,10 @@ type Stats struct {
 // Stats returns a snapshot of the bridge's state and counters.
 func (b *Bridge) Stats() Stats {
 	b.stateMu.Lock()
-	st := Stats{State: b.state, Since: b.since, Address: b.addr, LastError: b.lastErr}
+	st := Stats{State: b.state, Since: b.since, Address: b.addr}
+	if p := b.lastErr.Load(); p != nil {
+		st.LastError = *p
+	}
 	b.stateMu.Unlock()
 	st.Connects = b.connects.Load()
 	st.Disconnects = b.disconnects.Load()
@@ -125,7 +128,8 @@ func (b *Bridge) setState(s State, addr string, why error) {
 		b.addr = addr
 	}
 	if why != nil {
-		b.lastErr = why.Error()
+		e := why.Error()
+		b.lastErr.Store(&e)
 	}
 	if b.published && b.state == s {
 		return
