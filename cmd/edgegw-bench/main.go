@@ -4,7 +4,7 @@
 //
 //	edgegw-bench <scenario> [flags]
 //
-// Scenarios: fanin, fanout, latency, idle, slowsub, bidir-qos2, drain, sensors.
+// Scenarios: fanin, fanout, latency, idle, slowsub, bidir-qos2, drain, lanes, sensors.
 package main
 
 import (
@@ -65,6 +65,20 @@ type Result struct {
 	LiveLost   int64   `json:"live_lost,omitempty"`
 	Dups2      int64   `json:"dups_qos2,omitempty"` // QoS 2 backlog duplicates
 
+	// lanes: the live sensor's QoS, the backlog's build, the alarm, the
+	// time series for the chart.
+	LiveQoS           int           `json:"live_qos,omitempty"`
+	LiveAcked         int64         `json:"live_acked,omitempty"`          // live messages the gateway acknowledged
+	BuildS            float64       `json:"build_s,omitempty"`             // publishing the backlog until all acknowledged
+	AlarmLatMs        float64       `json:"alarm_lat_ms,omitempty"`        // the alarm's publish to upstream receipt
+	AlarmAfterS       float64       `json:"alarm_after_s,omitempty"`       // the alarm's publish, seconds after the link came up
+	AlarmAtBacklog    int64         `json:"alarm_at_backlog,omitempty"`    // backlog upstream when the alarm was published
+	AlarmBacklogAfter int64         `json:"alarm_backlog_after,omitempty"` // backlog arriving between the alarm's publish and its receipt
+	LiveSlow          int64         `json:"live_slow,omitempty"`           // live messages later than 1 s
+	LiveSlowSentS     [2]float64    `json:"live_slow_sent_s,omitempty"`    // their first and last send time, seconds after the bridge's connection
+	BacklogLeft       int64         `json:"backlog_left,omitempty"`        // not upstream when --duration ran out
+	Series            []SeriesPoint `json:"series,omitempty"`
+
 	IntervalS  float64 `json:"interval_s,omitempty"`    // sensors: seconds between two readings of one sensor
 	Skipped    int64   `json:"skipped,omitempty"`       // sensors: readings not sent (window full)
 	UpReceived int64   `json:"up_received,omitempty"`   // sensors: received through the bridge upstream
@@ -85,11 +99,12 @@ var scenarios = map[string]func(context.Context, *config, *Result) error{
 	"slowsub":    runSlowsub,
 	"bidir-qos2": runBidirQoS2,
 	"drain":      runDrain,
+	"lanes":      runLanes,
 	"sensors":    runSensors,
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "usage: edgegw-bench <fanin|fanout|latency|idle|slowsub|bidir-qos2|drain|sensors> [flags]")
+	fmt.Fprintln(w, "usage: edgegw-bench <fanin|fanout|latency|idle|slowsub|bidir-qos2|drain|lanes|sensors> [flags]")
 	if fs != nil {
 		fs.SetOutput(w)
 		fs.PrintDefaults()
@@ -120,11 +135,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.interval, "interval", 0, "sensors: time between two readings of one sensor (default 2s)")
 	fs.StringVar(&cfg.handshake, "handshake", "", "sensors: write PREFIX.ready / PREFIX.done around the measured part and wait for their removal")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a summary")
-	fs.StringVar(&cfg.upstream, "upstream", "", "drain, sensors: the upstream broker the gateway bridges to (sensors: a subscriber there measures the bridged latency)")
-	fs.StringVar(&cfg.proxy, "proxy", "", "drain: listen address of the slow link (the gateway's bridge address)")
+	fs.StringVar(&cfg.upstream, "upstream", "", "drain, lanes, sensors: the upstream broker the gateway bridges to (sensors: a subscriber there measures the bridged latency)")
+	fs.StringVar(&cfg.proxy, "proxy", "", "drain, lanes: listen address of the slow link (the gateway's bridge address)")
 	fs.DurationVar(&cfg.rtt, "rtt", 50*time.Millisecond, "drain: the link's round trip")
 	fs.IntVar(&cfg.linkRate, "link-rate", 0, "drain: the link's bytes/s each way (0 = unlimited)")
-	fs.IntVar(&cfg.qos2Every, "qos2-every", 0, "drain: mixed backlog, every n-th message QoS 2 and the rest QoS 1")
+	fs.IntVar(&cfg.qos2Every, "qos2-every", 0, "drain, lanes: mixed backlog, every n-th message QoS 2 and the rest QoS 1")
+	fs.IntVar(&cfg.liveQoS, "live-qos", 1, "lanes: QoS of the live sensor (1 or 2)")
+	fs.StringVar(&cfg.liveLane, "live-lane", "normal", "lanes: the live sensor's topic: normal (.../lanes/live) or bulk (.../lanes/bulk/live, the backlog's lane)")
+	fs.DurationVar(&cfg.alarmAfter, "alarm-after", 10*time.Second, "lanes: publish the alarm at half the backlog upstream or this long after the link came up, whichever is first")
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		usage(stderr, fs)
 		return 2
@@ -191,6 +209,14 @@ func summary(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  reconnect %.2fs, drained in %.2fs (%.0f msg/s), link use %.0f%%; live latency p50 %.0fms p99 %.0fms\n",
 			r.ReconnectS, r.DrainS, r.MsgPerS, 100*r.LinkUse, r.LatP50us/1e3, r.LatP99us/1e3)
 
+	case "lanes":
+		fmt.Fprintf(w, "  backlog %d bulk over rtt %.0fms (link %d B/s), built in %.1fs: lost %d, left %d, duplicates %d (QoS 2: %d); live (QoS %d) sent %d, acked %d, lost %d\n",
+			r.Backlog, r.RTTms, r.LinkRate, r.BuildS, r.Lost, r.BacklogLeft, r.Dups, r.Dups2, r.LiveQoS, r.LiveSent, r.LiveAcked, r.LiveLost)
+		fmt.Fprintf(w, "  reconnect %.2fs, drained in %.2fs (%.0f msg/s), link use %.0f%%; live latency p50 %.0fms p99 %.0fms; alarm %.0fms (%d backlog messages arrived meanwhile)\n",
+			r.ReconnectS, r.DrainS, r.MsgPerS, 100*r.LinkUse, r.LatP50us/1e3, r.LatP99us/1e3, r.AlarmLatMs, r.AlarmBacklogAfter)
+		if r.LiveSlow > 0 {
+			fmt.Fprintf(w, "  %d live messages later than 1s, sent %.2fs to %.2fs after the bridge's connection\n", r.LiveSlow, r.LiveSlowSentS[0], r.LiveSlowSentS[1])
+		}
 	case "sensors":
 		fmt.Fprintf(w, "  %d sensors, a reading every %gs (%d msg/s); sent %d, acked %d, skipped %d\n", r.Conns, r.IntervalS, r.Rate, r.Sent, r.Acked, r.Skipped)
 		fmt.Fprintf(w, "  local subscriber: received %d, lost %d, dup/reordered %d; latency p50 %.0fµs p99 %.0fµs\n", r.Received, r.Lost, r.Dups, r.LatP50us, r.LatP99us)

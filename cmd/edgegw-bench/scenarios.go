@@ -30,13 +30,16 @@ type config struct {
 	window    int
 	readyFile string // idle: written once every connection is up
 
-	upstream  string        // drain, sensors: the upstream broker
-	proxy     string        // drain: the link's listen address
-	rtt       time.Duration // drain: the link's round trip
-	linkRate  int           // drain: bytes/s each way, 0 = unlimited
-	qos2Every int           // drain: mixed backlog
-	interval  time.Duration // sensors
-	handshake string        // sensors
+	upstream   string        // drain, sensors: the upstream broker
+	proxy      string        // drain: the link's listen address
+	rtt        time.Duration // drain: the link's round trip
+	linkRate   int           // drain: bytes/s each way, 0 = unlimited
+	qos2Every  int           // drain, lanes: mixed backlog
+	liveQoS    int           // lanes: the live sensor's QoS
+	liveLane   string        // lanes: normal | bulk
+	alarmAfter time.Duration // lanes: the alarm at the latest this long after the link came up
+	interval   time.Duration // sensors
+	handshake  string        // sensors
 }
 
 func (c *config) ver() packet.Version {

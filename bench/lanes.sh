@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Lanes benchmark (issue 17): after an outage that left 100,000 `bulk`
+# messages in the bridge's spool, the uplink comes back while a sensor
+# keeps publishing and an alarm (`high`) fires mid-drain. edgegw's bridge
+# with `drain: fifo` and with `drain: live-first` (backlog_share 25%),
+# same link, same upstream, same generator, in one run. See
+# bench/README.md ("Lanes"). Knobs (environment):
+#   LANES_SCENARIOS  "bulk-lane normal-lane" (default): the live sensor's
+#                    topic in the backlog's lane, or in `normal`
+#   LANES_MODES      "fifo live-first" (default)
+#   LANES_COUNT      backlog messages (default 100000)
+#   LANES_RATE       live msg/s (default 20)
+#   LANES_LIVE_QOS   the live sensor's QoS (default 2)
+#   LANES_RTT        the link's round trip (default 50ms)
+#   LANES_LINK_RATE  the link's bytes/s each way (default 250000: 2 Mbit/s; 0 = unlimited)
+#   LANES_DURATION   longest drain per run before giving up (default 60s)
+#   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SCENARIOS=${LANES_SCENARIOS:-"bulk-lane normal-lane"}
+MODES=${LANES_MODES:-"fifo live-first"}
+COUNT=${LANES_COUNT:-100000}
+RATE=${LANES_RATE:-20}
+LIVE_QOS=${LANES_LIVE_QOS:-2}
+RTT=${LANES_RTT:-50ms}
+LINK_RATE=${LANES_LINK_RATE:-250000}
+DURATION=${LANES_DURATION:-60s}
+MOSQUITTO=${MOSQUITTO:-/usr/sbin/mosquitto}
+PORT_UP=${LANES_PORT_UPSTREAM:-28881}   # the cloud broker
+PORT_GW=${LANES_PORT_GATEWAY:-28882}    # the gateway's local listener
+PORT_LINK=${LANES_PORT_LINK:-28883}     # the slow link (the generator's proxy)
+GO=${GO:-go}
+
+stamp=$(date +%Y-%m-%d-%H%M%S)
+results=bench/results
+mkdir -p bin "$results"
+work=$(mktemp -d /tmp/edgegw-lanes.XXXXXX)
+raw="$work/raw.jsonl"
+pids=()
+
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "== build"
+$GO build -o bin/edgegw-bench ./cmd/edgegw-bench
+$GO build -o bin/lanes-report ./bench/lanesreport
+CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o bin/edgegw ./cmd/edgegw
+
+# The cloud broker: Debian mosquitto with its default configuration (one
+# listener, anonymous access): QoS 2 quota 20 per client.
+cat >"$work/upstream.conf" <<CONF
+listener $PORT_UP 127.0.0.1
+allow_anonymous true
+CONF
+
+# edgegw as the gateway: its defaults (max_inflight auto, a durable spool
+# with sync batch), a persistent upstream session, three lanes: the alarm
+# high, the backlog's topics bulk, everything else normal (the first
+# matching rule maps a message). QoS 2 rules: each message keeps its QoS.
+edgegw_conf() { # drain lines
+  cat <<CONF
+log: {level: warn}
+listeners:
+  - {name: lan, type: tcp, address: "127.0.0.1:$PORT_GW"}
+metrics: {address: ""}
+persistence: {dir: "$work/state"}
+bridges:
+  - name: cloud
+    addresses: ["tcp://127.0.0.1:$PORT_LINK"]
+    client_id: gw-lanes
+    clean_session: false
+    reconnect_min: 1s
+    reconnect_max: 1s
+$1
+    topics:
+      - {pattern: "bench/+/lanes/alarm", direction: out, qos: 2, priority: high}
+      - {pattern: "bench/+/lanes/bulk/#", direction: out, qos: 2, priority: bulk}
+      - {pattern: "bench/#", direction: out, qos: 2}
+CONF
+}
+edgegw_conf "    drain: fifo" >"$work/fifo.yaml"
+edgegw_conf "    drain: live-first
+    backlog_share: 25%" >"$work/live-first.yaml"
+
+wait_port() { # port: until it accepts, at most 5 s
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2; return 1
+}
+
+scenario_args() { # scenario -> generator arguments
+  case "$1" in
+    bulk-lane)   echo "--live-lane bulk" ;;
+    normal-lane) echo "--live-lane normal" ;;
+    *) echo "unknown scenario $1" >&2; return 1 ;;
+  esac
+}
+
+echo "== run: scenarios: $SCENARIOS; modes: $MODES; backlog $COUNT, live $RATE msg/s, link $RTT $LINK_RATE B/s"
+for sc in $SCENARIOS; do
+  args=$(scenario_args "$sc")
+  for mode in $MODES; do
+    rm -rf "$work/state"
+    "$MOSQUITTO" -c "$work/upstream.conf" 2>>"$work/upstream.log" &
+    up=$!; pids+=("$up")
+    wait_port "$PORT_UP"
+    bin/edgegw --config "$work/$mode.yaml" 2>>"$work/$mode.log" &
+    g=$!; pids+=("$g")
+    wait_port "$PORT_GW"
+    load=$(cut -d' ' -f1-3 /proc/loadavg)
+    status=0
+    # The backlog: QoS 1 with every 100th message QoS 2; the live sensor
+    # at QoS 2 (duplicates of either are counted).
+    # shellcheck disable=SC2086
+    bin/edgegw-bench lanes $args --addr "127.0.0.1:$PORT_GW" --upstream "127.0.0.1:$PORT_UP" \
+      --proxy "127.0.0.1:$PORT_LINK" --count "$COUNT" --qos 1 --qos2-every 100 --live-qos "$LIVE_QOS" \
+      --rate "$RATE" --rtt "$RTT" --link-rate "$LINK_RATE" --window 100 --duration "$DURATION" \
+      --json >"$work/out.json" 2>"$work/gen.err" || status=$?
+    kill "$g" "$up" 2>/dev/null || true
+    wait "$g" "$up" 2>/dev/null || true
+    pids=()
+    out=$(cat "$work/out.json"); [[ -n $out ]] || out='{"error":"generator printed nothing"}'
+    printf '{"scenario":"%s","mode":"%s","load":"%s","exit":%d,"gen":%s}\n' "$sc" "$mode" "$load" "$status" "$out" >>"$raw"
+    bin/lanes-report -line <<<"$(tail -n1 "$raw")"
+  done
+done
+
+cp "$raw" "$results/lanes-raw-$stamp.jsonl"
+title="edgegw lanes benchmark $stamp ($(nproc) cores, load at the end $(cut -d' ' -f1-3 /proc/loadavg))"
+bin/lanes-report -in "$raw" -md "$results/lanes-$stamp.md" -png "$results/lanes-$stamp.png" -png-name "lanes-$stamp.png" -title "$title"
+bin/lanes-report -in "$raw" -md "$results/lanes-latest.md" -png "$results/lanes-latest.png" -png-name lanes-latest.png -title "$title"
+echo
+cat "$results/lanes-latest.md"

@@ -1,0 +1,208 @@
+// Command lanes-report turns the lanes benchmark's raw results (JSON
+// lines written by bench/lanes.sh) into a markdown table, one row per
+// scenario and drain mode, and a chart of live latency and backlog size
+// over time for both modes (image/png, no plotting library).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// point is one step of a run's time series (edgegw-bench SeriesPoint).
+type point struct {
+	T           float64 `json:"t_s"`
+	BacklogLeft int64   `json:"backlog_left"`
+	LiveN       int     `json:"live_n"`
+	LiveMaxMs   float64 `json:"live_max_ms"`
+	LiveMeanMs  float64 `json:"live_mean_ms"`
+}
+
+// record is one line of lanes.sh's raw output.
+type record struct {
+	Scenario string `json:"scenario"`
+	Mode     string `json:"mode"`
+	Load     string `json:"load"` // /proc/loadavg's first three fields before the run
+	Exit     int    `json:"exit"`
+	Gen      struct {
+		QoS2Every         int        `json:"qos2_every"`
+		Backlog           int        `json:"backlog"`
+		RTTms             float64    `json:"rtt_ms"`
+		LinkRate          int        `json:"link_rate"`
+		Rate              int        `json:"rate"`
+		LiveQoS           int        `json:"live_qos"`
+		BuildS            float64    `json:"build_s"`
+		ReconnectS        float64    `json:"reconnect_s"`
+		DrainS            float64    `json:"drain_s"`
+		MsgPerS           float64    `json:"msg_per_s"`
+		LinkUse           float64    `json:"link_use"`
+		LatP50us          float64    `json:"lat_p50_us"`
+		LatP99us          float64    `json:"lat_p99_us"`
+		LatMaxUs          float64    `json:"lat_max_us"`
+		AlarmLatMs        float64    `json:"alarm_lat_ms"`
+		AlarmAfterS       float64    `json:"alarm_after_s"`
+		AlarmAtBacklog    int64      `json:"alarm_at_backlog"`
+		AlarmBacklogAfter int64      `json:"alarm_backlog_after"`
+		BacklogLeft       int64      `json:"backlog_left"`
+		LiveSlow          int64      `json:"live_slow"`
+		LiveSlowSentS     [2]float64 `json:"live_slow_sent_s"`
+		Lost              int64      `json:"lost"`
+		Dups              int64      `json:"dups"`
+		Dups2             int64      `json:"dups_qos2"`
+		LiveSent          int64      `json:"live_sent"`
+		LiveLost          int64      `json:"live_lost"`
+		Series            []point    `json:"series"`
+		Error             string     `json:"error"`
+	} `json:"gen"`
+}
+
+func main() {
+	in := flag.String("in", "", "raw results (JSON lines)")
+	md := flag.String("md", "", "write the markdown table here")
+	latest := flag.String("latest", "", "and a copy here")
+	pngOut := flag.String("png", "", "write the chart here")
+	pngName := flag.String("png-name", "", "the chart's file name to link from the markdown")
+	title := flag.String("title", "edgegw lanes benchmark", "table title")
+	oneLine := flag.Bool("line", false, "summarise the one record on stdin")
+	flag.Parse()
+	if *oneLine {
+		var r record
+		if err := json.NewDecoder(bufio.NewReaderSize(os.Stdin, 1<<20)).Decode(&r); err != nil {
+			fail(err)
+		}
+		fmt.Println("   " + line(r))
+		return
+	}
+	recs, err := read(*in)
+	if err != nil {
+		fail(err)
+	}
+	var b strings.Builder
+	table(&b, *title, recs, *pngName)
+	for _, p := range []string{*md, *latest} {
+		if p == "" {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			fail(err)
+		}
+	}
+	if *md == "" {
+		fmt.Print(b.String())
+	}
+	if *pngOut != "" {
+		if err := chart(*pngOut, recs); err != nil {
+			fail(fmt.Errorf("chart: %w", err))
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "lanes-report:", err)
+	os.Exit(1)
+}
+
+func read(path string) ([]record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var recs []record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 16<<20), 16<<20) // a record carries its time series
+	for sc.Scan() {
+		var r record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, sc.Err()
+}
+
+// drained says how the drain ended: its time, or what was left.
+func drained(r record) string {
+	g := r.Gen
+	if g.BacklogLeft > 0 {
+		return fmt.Sprintf("not done: %d left after %.0f s (%.0f msg/s)", g.BacklogLeft, g.DrainS,
+			float64(int64(g.Backlog)-g.BacklogLeft)/max(g.DrainS, 1e-9))
+	}
+	return fmt.Sprintf("%.1f s (%.0f msg/s)", g.DrainS, g.MsgPerS)
+}
+
+func line(r record) string {
+	g := r.Gen
+	s := fmt.Sprintf("%-12s %-10s backlog %d built in %.1fs: drain %s, live p50 %.0fms p99 %.0fms, alarm %.0fms, lost %d, QoS 2 dups %d, load %s",
+		r.Scenario, r.Mode, g.Backlog, g.BuildS, drained(r), g.LatP50us/1e3, g.LatP99us/1e3, g.AlarmLatMs, g.Lost+g.LiveLost, g.Dups2, r.Load)
+	if g.LiveSlow > 0 {
+		s += fmt.Sprintf(", %d live later than 1s (sent %.2f-%.2fs after the connection)", g.LiveSlow, g.LiveSlowSentS[0], g.LiveSlowSentS[1])
+	}
+	if g.Error != "" {
+		s += " ERROR: " + g.Error
+	}
+	return s
+}
+
+func table(w io.Writer, title string, recs []record, png string) {
+	fmt.Fprintf(w, "# %s\n\n", title)
+	if len(recs) > 0 {
+		g := recs[0].Gen
+		link := "unlimited"
+		if g.LinkRate > 0 {
+			link = fmt.Sprintf("%d B/s each way", g.LinkRate)
+		}
+		fmt.Fprintf(w, "Backlog: %d `bulk` messages (QoS 1", g.Backlog)
+		if g.QoS2Every > 0 {
+			fmt.Fprintf(w, ", every %dth QoS 2", g.QoS2Every)
+		}
+		fmt.Fprintf(w, ") published with the uplink down; then the link (round trip %.0f ms, %s) comes up while a live sensor publishes %d msg/s at QoS %d, and an alarm (`high`) fires mid-drain.\n",
+			g.RTTms, link, g.Rate, g.LiveQoS)
+	}
+	fmt.Fprintln(w, "Upstream: Debian mosquitto, default configuration; edgegw built as shipped (static). Scenario *bulk-lane*: the live sensor's topic is in the `bulk` lane with the backlog;")
+	fmt.Fprintln(w, "*normal-lane*: in `normal`. *live* is the publish-to-upstream latency of live messages sent after the bridge's connection through the link; *drain* runs from that connection")
+	fmt.Fprintln(w, "to the last backlog message upstream; *live > 1 s*: how many live messages took longer than a second, and when (after that connection) they were sent; *alarm*: its publish to its arrival upstream (*backlog meanwhile*: backlog messages that arrived in between); *lost*: backlog and live messages never seen upstream.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scenario | drain | load | backlog built in | drain | live p50 | live p99 | live max | live > 1 s (sent at) | alarm | backlog meanwhile | lost | dups (QoS 2) | link use |")
+	fmt.Fprintln(w, "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+	for _, r := range recs {
+		g := r.Gen
+		use := "—"
+		if g.LinkRate > 0 {
+			use = fmt.Sprintf("%.0f%%", 100*g.LinkUse)
+		}
+		alarm := "—"
+		if g.AlarmLatMs > 0 {
+			alarm = fmt.Sprintf("%.0f ms (at %.1f s)", g.AlarmLatMs, g.AlarmAfterS)
+		}
+		slow := "0"
+		if g.LiveSlow > 0 {
+			slow = fmt.Sprintf("%d (%.2f–%.2f s)", g.LiveSlow, g.LiveSlowSentS[0], g.LiveSlowSentS[1])
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f s | %s | %s | %s | %s | %s | %s | %d | %d | %d (%d) | %s |\n",
+			r.Scenario, r.Mode, r.Load, g.BuildS, drained(r), ms(g.LatP50us), ms(g.LatP99us), ms(g.LatMaxUs), slow, alarm, g.AlarmBacklogAfter,
+			g.Lost+g.LiveLost, g.Dups, g.Dups2, use)
+	}
+	for _, r := range recs {
+		if r.Gen.Error != "" && r.Gen.BacklogLeft == 0 {
+			fmt.Fprintf(w, "\n%s/%s: %s\n", r.Scenario, r.Mode, r.Gen.Error)
+		}
+	}
+	if png != "" {
+		fmt.Fprintf(w, "\n![live latency and backlog over time](%s)\n\n", png)
+		fmt.Fprintln(w, "Chart: one column per scenario. Top: the highest live latency per 250 ms step (log scale, 0.01 to 100 s; a tick at the alarm's publication);")
+		fmt.Fprintln(w, "bottom: backlog messages not yet upstream. x: seconds after the bridge's connection through the link. Orange: `drain: fifo`; blue: `drain: live-first`.")
+	}
+}
+
+func ms(us float64) string {
+	if us >= 10e6 {
+		return fmt.Sprintf("%.1f s", us/1e6)
+	}
+	return fmt.Sprintf("%.0f ms", us/1e3)
+}
