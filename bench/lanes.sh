@@ -30,6 +30,7 @@ MOSQUITTO=${MOSQUITTO:-/usr/sbin/mosquitto}
 PORT_UP=${LANES_PORT_UPSTREAM:-28881}   # the cloud broker
 PORT_GW=${LANES_PORT_GATEWAY:-28882}    # the gateway's local listener
 PORT_LINK=${LANES_PORT_LINK:-28883}     # the slow link (the generator's proxy)
+PORT_METRICS=${LANES_PORT_METRICS:-28884} # edgegw's /ledger
 GO=${GO:-go}
 
 stamp=$(date +%Y-%m-%d-%H%M%S)
@@ -67,7 +68,7 @@ edgegw_conf() { # drain lines
 log: {level: warn}
 listeners:
   - {name: lan, type: tcp, address: "127.0.0.1:$PORT_GW"}
-metrics: {address: ""}
+metrics: {address: "127.0.0.1:$PORT_METRICS"}
 persistence: {dir: "$work/state"}
 bridges:
   - name: cloud
@@ -123,11 +124,15 @@ for sc in $SCENARIOS; do
       --proxy "127.0.0.1:$PORT_LINK" --count "$COUNT" --qos 1 --qos2-every 100 --live-qos "$LIVE_QOS" \
       --rate "$RATE" --rtt "$RTT" --link-rate "$LINK_RATE" --window 100 --duration "$DURATION" \
       --json >"$work/out.json" 2>"$work/gen.err" || status=$?
+    # Where every message went, by the bridge's ledger (the link is gone
+    # with the generator: what was in flight may still count as such).
+    ledger=$(curl -s --max-time 5 "http://127.0.0.1:$PORT_METRICS/ledger?format=json" || true)
+    [[ -n $ledger ]] || ledger='{}'
     kill "$g" "$up" 2>/dev/null || true
     wait "$g" "$up" 2>/dev/null || true
     pids=()
     out=$(cat "$work/out.json"); [[ -n $out ]] || out='{"error":"generator printed nothing"}'
-    printf '{"scenario":"%s","mode":"%s","load":"%s","exit":%d,"gen":%s}\n' "$sc" "$mode" "$load" "$status" "$out" >>"$raw"
+    printf '{"scenario":"%s","mode":"%s","load":"%s","exit":%d,"ledger":%s,"gen":%s}\n' "$sc" "$mode" "$load" "$status" "$ledger" "$out" >>"$raw"
     bin/lanes-report -line <<<"$(tail -n1 "$raw")"
   done
 done

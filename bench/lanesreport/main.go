@@ -29,7 +29,17 @@ type record struct {
 	Mode     string `json:"mode"`
 	Load     string `json:"load"` // /proc/loadavg's first three fields before the run
 	Exit     int    `json:"exit"`
-	Gen      struct {
+	// Ledger is edgegw's /ledger?format=json at the end of the run.
+	Ledger map[string]struct {
+		Accepted  int64            `json:"accepted"`
+		Delivered int64            `json:"delivered"`
+		InFlight  int64            `json:"in_flight"`
+		Queued    int64            `json:"queued"`
+		Dropped   map[string]int64 `json:"dropped"`
+		Unknown   int64            `json:"unknown"`
+		AddsUp    bool             `json:"adds_up"`
+	} `json:"ledger"`
+	Gen struct {
 		QoS2Every         int        `json:"qos2_every"`
 		Backlog           int        `json:"backlog"`
 		RTTms             float64    `json:"rtt_ms"`
@@ -49,6 +59,8 @@ type record struct {
 		AlarmAtBacklog    int64      `json:"alarm_at_backlog"`
 		AlarmBacklogAfter int64      `json:"alarm_backlog_after"`
 		BacklogLeft       int64      `json:"backlog_left"`
+		LiveLeft          int64      `json:"live_left"`
+		LiveMissingSentS  [2]float64 `json:"live_missing_sent_s"`
 		LiveSlow          int64      `json:"live_slow"`
 		LiveSlowSentS     [2]float64 `json:"live_slow_sent_s"`
 		Lost              int64      `json:"lost"`
@@ -140,6 +152,10 @@ func line(r record) string {
 	g := r.Gen
 	s := fmt.Sprintf("%-12s %-10s backlog %d built in %.1fs: drain %s, live p50 %.0fms p99 %.0fms, alarm %.0fms, lost %d, QoS 2 dups %d, load %s",
 		r.Scenario, r.Mode, g.Backlog, g.BuildS, drained(r), g.LatP50us/1e3, g.LatP99us/1e3, g.AlarmLatMs, g.Lost+g.LiveLost, g.Dups2, r.Load)
+	if g.LiveLeft+g.LiveLost > 0 {
+		s += fmt.Sprintf(", %d live not upstream (%d still queued at the end; sent about %.2f-%.2fs after the connection)", g.LiveLeft+g.LiveLost, g.LiveLeft, g.LiveMissingSentS[0], g.LiveMissingSentS[1])
+	}
+	s += ", ledger " + ledger(r)
 	if g.LiveSlow > 0 {
 		s += fmt.Sprintf(", %d live later than 1s (sent %.2f-%.2fs after the connection)", g.LiveSlow, g.LiveSlowSentS[0], g.LiveSlowSentS[1])
 	}
@@ -166,10 +182,10 @@ func table(w io.Writer, title string, recs []record, png string) {
 	}
 	fmt.Fprintln(w, "Upstream: Debian mosquitto, default configuration; edgegw built as shipped (static). Scenario *bulk-lane*: the live sensor's topic is in the `bulk` lane with the backlog;")
 	fmt.Fprintln(w, "*normal-lane*: in `normal`. *live* is the publish-to-upstream latency of live messages sent after the bridge's connection through the link; *drain* runs from that connection")
-	fmt.Fprintln(w, "to the last backlog message upstream; *live > 1 s*: how many live messages took longer than a second, and when (after that connection) they were sent; *alarm*: its publish to its arrival upstream (*backlog meanwhile*: backlog messages that arrived in between); *lost*: backlog and live messages never seen upstream.")
+	fmt.Fprintln(w, "to the last backlog message upstream; *live > 1 s*: how many live messages took longer than a second, and when (after that connection) they were sent; *alarm*: its publish to its arrival upstream (*backlog meanwhile*: backlog messages that arrived in between); *lost*: backlog and live messages never seen upstream (a drain cut short by the time limit leaves messages queued, not lost: *live still queued*, and the ledger's *queued*).")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| scenario | drain | load | backlog built in | drain | live p50 | live p99 | live max | live > 1 s (sent at) | alarm | backlog meanwhile | lost | dups (QoS 2) | link use |")
-	fmt.Fprintln(w, "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | drain | load | backlog built in | drain | live p50 | live p99 | live max | live > 1 s (sent at) | alarm | backlog meanwhile | lost | live still queued (sent at) | dups (QoS 2) | link use | ledger: accepted = delivered + in flight + queued + dropped + unknown |")
+	fmt.Fprintln(w, "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|")
 	for _, r := range recs {
 		g := r.Gen
 		use := "—"
@@ -184,9 +200,13 @@ func table(w io.Writer, title string, recs []record, png string) {
 		if g.LiveSlow > 0 {
 			slow = fmt.Sprintf("%d (%.2f–%.2f s)", g.LiveSlow, g.LiveSlowSentS[0], g.LiveSlowSentS[1])
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.1f s | %s | %s | %s | %s | %s | %s | %d | %d | %d (%d) | %s |\n",
+		left := "0"
+		if g.LiveLeft > 0 {
+			left = fmt.Sprintf("%d (%.2f–%.2f s)", g.LiveLeft, g.LiveMissingSentS[0], g.LiveMissingSentS[1])
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %d (%d) | %s | %s |\n",
 			r.Scenario, r.Mode, r.Load, g.BuildS, drained(r), ms(g.LatP50us), ms(g.LatP99us), ms(g.LatMaxUs), slow, alarm, g.AlarmBacklogAfter,
-			g.Lost+g.LiveLost, g.Dups, g.Dups2, use)
+			g.Lost+g.LiveLost, left, g.Dups, g.Dups2, use, ledger(r))
 	}
 	for _, r := range recs {
 		if r.Gen.Error != "" && r.Gen.BacklogLeft == 0 {
@@ -198,6 +218,23 @@ func table(w io.Writer, title string, recs []record, png string) {
 		fmt.Fprintln(w, "Chart: one column per scenario. Top: the highest live latency per 250 ms step (log scale, 0.01 to 100 s; a tick at the alarm's publication);")
 		fmt.Fprintln(w, "bottom: backlog messages not yet upstream. x: seconds after the bridge's connection through the link. Orange: `drain: fifo`; blue: `drain: live-first`.")
 	}
+}
+
+// ledger is the bridge's equation at the end of the run.
+func ledger(r record) string {
+	l, ok := r.Ledger["cloud"]
+	if !ok {
+		return "—"
+	}
+	var dropped int64
+	for _, n := range l.Dropped {
+		dropped += n
+	}
+	verdict := "adds up"
+	if !l.AddsUp {
+		verdict = "DOES NOT ADD UP"
+	}
+	return fmt.Sprintf("%d = %d + %d + %d + %d + %d, %s", l.Accepted, l.Delivered, l.InFlight, l.Queued, dropped, l.Unknown, verdict)
 }
 
 func ms(us float64) string {

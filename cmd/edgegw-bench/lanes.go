@@ -275,6 +275,7 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 	liveStop := make(chan struct{})
 	var lwg sync.WaitGroup
 	lwg.Add(1)
+	liveStart := time.Since(base) // pace sends message k about k/rate after this
 	go func() { defer lwg.Done(); pace(lp, liveStop, rate, 0) }()
 
 	up := time.Now()
@@ -314,7 +315,26 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 	} else {
 		res.Lost = int64(n) - got
 	}
-	res.LiveSent, res.LiveAcked, res.LiveLost = liveSent, lp.acked.Load(), liveSent-rx.liveN.Load()
+	res.LiveSent, res.LiveAcked = liveSent, lp.acked.Load()
+	// Live messages not upstream: lost, or (drain cut short) still
+	// queued; when they were sent, from the pacer's schedule.
+	var missing int64
+	var firstMiss, lastMiss uint32
+	for seq := uint32(1); int64(seq) <= liveSent; seq++ {
+		if !rx.liveRx[seq] {
+			if missing == 0 {
+				firstMiss = seq
+			}
+			lastMiss = seq
+			missing++
+		}
+	}
+	if incomplete {
+		res.LiveLeft = missing
+	} else {
+		res.LiveLost = missing
+	}
+	sentAt := func(seq uint32) time.Duration { return liveStart + time.Duration(seq)*time.Second/time.Duration(rate) }
 	res.Dups, res.Dups2 = rx.dups, rx.dups2
 	setLatency(res, &rx.live)
 	if rx.alarmAt != 0 {
@@ -331,6 +351,9 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 			res.LinkUse = float64(px.fwdUp.Load()) / (float64(cfg.linkRate) * res.DrainS)
 		}
 		res.Series = rx.series(upNs, int64(n))
+		if missing > 0 {
+			res.LiveMissingSentS = [2]float64{(sentAt(firstMiss) - time.Duration(upNs)).Seconds(), (sentAt(lastMiss) - time.Duration(upNs)).Seconds()}
+		}
 		if rx.slowN > 0 {
 			res.LiveSlow = rx.slowN
 			res.LiveSlowSentS = [2]float64{(rx.slowFirstTx - time.Duration(upNs)).Seconds(), (rx.slowLastTx - time.Duration(upNs)).Seconds()}

@@ -76,6 +76,8 @@ type Result struct {
 	AlarmBacklogAfter int64         `json:"alarm_backlog_after,omitempty"` // backlog arriving between the alarm's publish and its receipt
 	LiveSlow          int64         `json:"live_slow,omitempty"`           // live messages later than 1 s
 	LiveSlowSentS     [2]float64    `json:"live_slow_sent_s,omitempty"`    // their first and last send time, seconds after the bridge's connection
+	LiveLeft          int64         `json:"live_left,omitempty"`           // live messages not upstream when --duration ran out
+	LiveMissingSentS  [2]float64    `json:"live_missing_sent_s,omitempty"` // when the live messages not upstream were sent (about), seconds after the bridge's connection
 	BacklogLeft       int64         `json:"backlog_left,omitempty"`        // not upstream when --duration ran out
 	Series            []SeriesPoint `json:"series,omitempty"`
 
@@ -214,6 +216,10 @@ func summary(w io.Writer, r *Result) {
 			r.Backlog, r.RTTms, r.LinkRate, r.BuildS, r.Lost, r.BacklogLeft, r.Dups, r.Dups2, r.LiveQoS, r.LiveSent, r.LiveAcked, r.LiveLost)
 		fmt.Fprintf(w, "  reconnect %.2fs, drained in %.2fs (%.0f msg/s), link use %.0f%%; live latency p50 %.0fms p99 %.0fms; alarm %.0fms (%d backlog messages arrived meanwhile)\n",
 			r.ReconnectS, r.DrainS, r.MsgPerS, 100*r.LinkUse, r.LatP50us/1e3, r.LatP99us/1e3, r.AlarmLatMs, r.AlarmBacklogAfter)
+		if r.LiveLeft+r.LiveLost > 0 {
+			fmt.Fprintf(w, "  %d live messages not upstream at the end (%d still queued when the time ran out), sent about %.2fs to %.2fs after the bridge's connection\n",
+				r.LiveLeft+r.LiveLost, r.LiveLeft, r.LiveMissingSentS[0], r.LiveMissingSentS[1])
+		}
 		if r.LiveSlow > 0 {
 			fmt.Fprintf(w, "  %d live messages later than 1s, sent %.2fs to %.2fs after the bridge's connection\n", r.LiveSlow, r.LiveSlowSentS[0], r.LiveSlowSentS[1])
 		}
