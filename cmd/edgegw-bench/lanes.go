@@ -215,6 +215,15 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 	base := time.Now()
 	var g group
 	defer g.closeAll()
+	// A run is longer than 1.5 keepalives: without PINGREQs mosquitto
+	// drops the subscriber after 90 s (and edgegw the idle publishers),
+	// which looked like a stalled drain.
+	pingCtx, stopPing := context.WithCancel(ctx)
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() { defer pwg.Done(); pingAll(pingCtx, &g, 20*time.Second) }()
+	defer pwg.Wait()
+	defer stopPing()
 	topic := "bench/" + runID + "/lanes"
 	sub, err := g.dial(ctx, dialOpts{addr: cfg.upstream, clientID: "lanes-sub-" + runID, v: packet.V311, clean: true, keepAlive: 60, rbufSize: 256 << 10})
 	if err != nil {
@@ -372,4 +381,24 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 		return errors.New("the alarm was not sent: no backlog was draining at its time")
 	}
 	return nil
+}
+
+// pingAll sends a PINGREQ on every connection of g every interval until
+// ctx ends (the connections' keepalive is 60 s).
+func pingAll(ctx context.Context, g *group, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.mu.Lock()
+		cs := append([]*conn(nil), g.conns...)
+		g.mu.Unlock()
+		for _, c := range cs {
+			c.writeNow(&packet.Pingreq{})
+		}
+	}
 }
