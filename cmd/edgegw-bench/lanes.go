@@ -224,6 +224,8 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 	go func() { defer pwg.Done(); pingAll(pingCtx, &g, 20*time.Second) }()
 	defer pwg.Wait()
 	defer stopPing()
+	// Every wait ends with ctx too (SIGINT/SIGTERM, the overall bound).
+	orDone := func(cond func() bool) func() bool { return func() bool { return ctx.Err() != nil || cond() } }
 	topic := "bench/" + runID + "/lanes"
 	sub, err := g.dial(ctx, dialOpts{addr: cfg.upstream, clientID: "lanes-sub-" + runID, v: packet.V311, clean: true, keepAlive: 60, rbufSize: 256 << 10})
 	if err != nil {
@@ -258,7 +260,7 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 	if err := pc.flush(); err != nil {
 		return err
 	}
-	waitFor(120*time.Second, 20*time.Second, func() bool { return p.acked.Load() >= int64(n) }, p.acked.Load)
+	waitFor(120*time.Second, 20*time.Second, orDone(func() bool { return p.acked.Load() >= int64(n) }), p.acked.Load)
 	if a := p.acked.Load(); a < int64(n) {
 		return fmt.Errorf("gateway acknowledged %d of %d backlog messages", a, n)
 	}
@@ -293,21 +295,21 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 	// the drain is slower than that.
 	deadline := up.Add(cfg.duration)
 	alarmBy := up.Add(cfg.alarmAfter)
-	waitFor(time.Until(alarmBy), time.Until(alarmBy)+time.Second, func() bool { return rx.backlog.Load() >= int64(n/2) }, rx.backlog.Load)
+	waitFor(time.Until(alarmBy), time.Until(alarmBy)+time.Second, orDone(func() bool { return rx.backlog.Load() >= int64(n/2) }), rx.backlog.Load)
 	if got := rx.backlog.Load(); got > 0 && got < int64(n) {
 		res.AlarmAtBacklog = got
 		res.AlarmAfterS = time.Since(up).Seconds()
 		if !ap.publish(stop) || ap.c.flush() != nil {
 			return errors.New("alarm publish: connection failed")
 		}
-		waitFor(30*time.Second, 30*time.Second, rx.alarm.Load, rx.backlog.Load)
+		waitFor(30*time.Second, 30*time.Second, orDone(rx.alarm.Load), rx.backlog.Load)
 		res.AlarmBacklogAfter = rx.backlog.Load() - res.AlarmAtBacklog
 	}
-	waitFor(time.Until(deadline), 30*time.Second, func() bool { return rx.backlog.Load() >= int64(n) }, rx.backlog.Load)
+	waitFor(time.Until(deadline), 30*time.Second, orDone(func() bool { return rx.backlog.Load() >= int64(n) }), rx.backlog.Load)
 	close(liveStop)
 	lwg.Wait()
 	liveSent := lp.sent
-	waitFor(30*time.Second, 10*time.Second, func() bool { return rx.liveN.Load() >= liveSent }, rx.liveN.Load)
+	waitFor(30*time.Second, 10*time.Second, orDone(func() bool { return rx.liveN.Load() >= liveSent }), rx.liveN.Load)
 	res.ElapsedS = time.Since(up).Seconds()
 
 	rx.mu.Lock()
@@ -318,7 +320,7 @@ func runLanes(ctx context.Context, cfg *config, res *Result) error {
 	res.Received = got + rx.liveN.Load()
 	// Out of time with the backlog still moving is a drain too slow for
 	// --duration, not a loss.
-	incomplete := got < int64(n) && !time.Now().Before(deadline)
+	incomplete := got < int64(n) && (!time.Now().Before(deadline) || ctx.Err() != nil)
 	if incomplete {
 		res.BacklogLeft = int64(n) - got
 	} else {
