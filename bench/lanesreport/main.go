@@ -215,7 +215,7 @@ func table(w io.Writer, title string, recs []record, png string) {
 	}
 	if png != "" {
 		fmt.Fprintf(w, "\n![live latency and backlog over time](%s)\n\n", png)
-		fmt.Fprintln(w, "Chart: one column per scenario. Top: the highest live latency per 250 ms step (log scale, 0.01 to 100 s; a tick at the alarm's publication);")
+		fmt.Fprintln(w, "Chart: one column per scenario. Top: the highest latency of the live messages that arrived in each 250 ms (log scale, 0.01 to 100 s; with fifo in the backlog's lane they all arrive after it), and a bar at the alarm's publication as high as its latency;")
 		fmt.Fprintln(w, "bottom: backlog messages not yet upstream. x: seconds after the bridge's connection through the link. Orange: `drain: fifo`; blue: `drain: live-first`.")
 	}
 }
