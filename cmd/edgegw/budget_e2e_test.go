@@ -16,6 +16,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/internal/metrics"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // countingProxy forwards TCP to target and counts the bytes that go from
@@ -188,7 +189,7 @@ bridges:
 	}()
 	defer func() { reader.Process.Kill(); <-readDone; reader.Wait() }()
 	prober := mqttClient(t, cloud, "cloud-prober", false)
-	waitFor(t, 10*time.Second, "the cloud reader subscribed", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the cloud reader subscribed", func() bool {
 		mustToken(t, "probe", prober.Publish("probe/x", 1, false, "p"))
 		mu.Lock()
 		defer mu.Unlock()
@@ -208,7 +209,7 @@ bridges:
 
 	startEdgegw(t, bin, "--config", cfg)
 	var lc mqtt.Client
-	waitFor(t, 10*time.Second, "edgegw listening", func() bool {
+	testutil.Eventually(t, 10*time.Second, "edgegw listening", func() bool {
 		lc = mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + local).SetClientID("local-pub").
 			SetAutoReconnect(false).SetConnectTimeout(time.Second))
 		tok := lc.Connect()
@@ -225,7 +226,7 @@ bridges:
 	for _, tok := range toks {
 		mustToken(t, "bulk publish", tok)
 	}
-	waitFor(t, 20*time.Second, "95 % of the budget written upstream", func() bool { return px.up.Load() >= budget*95/100 })
+	testutil.Eventually(t, 20*time.Second, "95 % of the budget written upstream", func() bool { return px.up.Load() >= budget*95/100 })
 
 	// The alarms, after the budget ran out (or nearly): each must go.
 	var alarmBytes int64
@@ -234,12 +235,12 @@ bridges:
 		alarmBytes += publishWireSize("site/alarms/a", p)
 		mustToken(t, "alarm publish", lc.Publish("alarms/a", 1, false, p))
 	}
-	waitFor(t, 10*time.Second, "every alarm upstream", func() bool { return upCount("site/alarms/a ") == alarmN })
+	testutil.Eventually(t, 10*time.Second, "every alarm upstream", func() bool { return upCount("site/alarms/a ") == alarmN })
 	// The alarms were written after every bulk reading the budget let
 	// out, and TCP keeps order: what the proxy counted now is all of it.
 	// The ledger settles once the upstream's acks are in.
 	var l *metrics.Ledger
-	waitFor(t, 10*time.Second, "nothing in flight", func() bool {
+	testutil.Eventually(t, 10*time.Second, "nothing in flight", func() bool {
 		if l, err = fetchLedger(maddr, "cloud"); err != nil {
 			t.Fatalf("ledger: %v", err)
 		}
