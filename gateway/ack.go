@@ -36,9 +36,10 @@ type deferrer interface {
 
 // keeper creates a message's keep on first need.
 type keeper struct {
-	d   deferrer
-	k   *keep
-	pos uint64 // highest state-store record the acknowledgement waits for (persist.go)
+	d    deferrer
+	k    *keep
+	pos  uint64  // highest state-store record the acknowledgement waits for (persist.go)
+	from *client // the reader routing its client's PUBLISH; nil for other routers (writer.go)
 }
 
 // statePositioner is a deferrer whose message already has a state record
@@ -108,7 +109,7 @@ func (pa *pendingAck) deferAck() func(error) {
 		if q2 != nil {
 			sess.qos2Verdict(id, q2, err) // before the PUBREC goes out
 		}
-		c.slotDone(slot, err)
+		c.slotDoneFlush(slot, err) // written inline, not by a goroutine per ack (writer.go)
 	}
 }
 

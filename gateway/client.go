@@ -65,7 +65,8 @@ type client struct {
 	wmu     sync.Mutex // guards the fields below
 	ctrl    []ctrlItem
 	spare   []ctrlItem
-	writing bool // a writer goroutine is running
+	writing bool // a writer runs: the goroutine, or an inline flush (writer.go)
+	held    bool // the reader is handling input and flushes before it waits (writer.go)
 	dirty   bool // work was added since the writer last looked
 	ready   bool // CONNACK is queued: publishes may follow
 	closing bool // a final DISCONNECT is queued; the writer closes after it
@@ -83,7 +84,8 @@ type client struct {
 	readEnded bool
 	takenOver atomic.Bool // a takeover shut the read side (drainForTakeover)
 
-	reason atomic.Int32 // first CloseReason wins
+	reason   atomic.Int32 // first CloseReason wins
+	verdicts int32        // guarded by wmu: goroutines queuing acks for a verdict, flushing when done (writer.go)
 }
 
 func newClient(s *Server, conn net.Conn, listener, certCN string) *client {
@@ -306,115 +308,6 @@ func (c *client) appendCtrl(ws *wstate, buf []byte, it *ctrlItem) ([]byte, error
 	return packet.Append(buf, p, c.version)
 }
 
-// startWriterLocked marks new work and starts the writer if none runs.
-// Caller holds c.wmu.
-func (c *client) startWriterLocked() {
-	c.dirty = true
-	if !c.writing {
-		c.writing = true
-		c.wwg.Add(1)
-		go c.writeLoop()
-	}
-}
-
-// maxBatch bounds how many bytes the writer gathers for one write.
-const maxBatch = 64 << 10
-
-func (c *client) writeLoop() {
-	defer c.wwg.Done()
-	ws := getWstate()
-	buf := ws.buf[:0]
-	defer func() {
-		ws.buf = buf
-		putWstate(ws)
-	}()
-	for {
-		c.wmu.Lock()
-		if c.closed {
-			c.writing = false
-			c.wmu.Unlock()
-			return
-		}
-		c.dirty = false
-		ctrl := c.ctrl
-		c.ctrl = c.spare[:0]
-		final, ready := c.closing, c.ready
-		c.wmu.Unlock()
-
-		buf = buf[:0]
-		var err error
-		for i := range ctrl {
-			if buf, err = c.appendCtrl(ws, buf, &ctrl[i]); err != nil {
-				if errors.Is(err, errAboveClientMax) {
-					c.logf(slog.LevelInfo, "closing: a packet exceeds the client's maximum packet size", "err", err)
-					c.setReason(CloseProtocolError)
-					final = true // what precedes it goes out; nothing after
-					ready = false
-					break
-				}
-				c.logf(slog.LevelError, "encode control packet", "err", err)
-			}
-		}
-		clear(ctrl)
-		c.wmu.Lock()
-		c.spare = ctrl[:0]
-		c.wmu.Unlock()
-
-		if ready && !final && c.sess != nil {
-			var rel []*keep
-			var more bool
-			ws.out, rel, more = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
-			releaseWaiters(rel) // the queue drained: waiting publishers get their acks
-			if more {
-				c.wmu.Lock()
-				c.dirty = true // a full batch: come back for the rest
-				c.wmu.Unlock()
-			}
-			for i := range ws.out {
-				buf = c.appendOutgoing(ws, buf, &ws.out[i])
-			}
-			clear(ws.out)
-		}
-		if len(buf) > 0 {
-			c.conn.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
-			if _, err := c.conn.Write(buf); err != nil {
-				var ne net.Error
-				timeout := errors.As(err, &ne) && ne.Timeout()
-				if timeout {
-					c.setReason(CloseWriteTimeout)
-				} else {
-					c.setReason(CloseWriteError)
-				}
-				c.wmu.Lock()
-				c.closed = true
-				c.writing = false
-				c.wmu.Unlock()
-				if timeout {
-					abort(c.conn) // the stuck peer gets a reset, not the kernel's backlog
-				} else {
-					c.conn.Close() // the reader sees it and cleans up
-				}
-				return
-			}
-		}
-		if final {
-			c.wmu.Lock()
-			c.closed = true
-			c.writing = false
-			c.wmu.Unlock()
-			c.conn.Close()
-			return
-		}
-		c.wmu.Lock()
-		if !c.dirty && len(c.ctrl) == 0 {
-			c.writing = false
-			c.wmu.Unlock()
-			return
-		}
-		c.wmu.Unlock()
-	}
-}
-
 // appendOutgoing encodes one session step. Only the writer calls it.
 func (c *client) appendOutgoing(ws *wstate, buf []byte, o *outgoing) []byte {
 	if o.pubrel {
@@ -498,30 +391,46 @@ func (c *client) dropOutgoing(o *outgoing) {
 }
 
 // connReader is the source of a connection's pooled bufio.Reader. An idle
-// connection waits for its next packet with a one-byte read and no pooled
-// buffer; that byte is replayed first once traffic arrives. On a plain
-// socket (raw != nil) the reader can also make one non-blocking attempt
-// (try): a busy connection refills its buffer with a single read, and only
-// a connection with nothing waiting pays for the one-byte wait.
+// connection waits for its next packet with a small read onto the stack
+// and no pooled buffer; what that read got is replayed first (from the
+// pooled rstate) once traffic arrives: a sensor's reading is usually all in
+// it. On a plain socket (raw != nil) the reader can also make one
+// non-blocking attempt (try): a busy connection refills its buffer with a
+// single read, and only a connection with nothing waiting pays for the wait.
 type connReader struct {
-	conn net.Conn
-	raw  syscall.RawConn // nil unless conn is a plain socket
-	b    [1]byte
-	has  bool
-	try  bool // the next read must not wait: errWouldBlock instead
+	conn  net.Conn
+	raw   syscall.RawConn // nil unless conn is a plain socket
+	try   bool            // the next read must not wait: errWouldBlock instead
+	short bool            // the last read got a few bytes, all there were: a quiet connection
+	busy  bool            // the last read filled the buffer: input is waiting (writer.go)
 }
 
 // errWouldBlock is what a non-blocking attempt returns when no input waits.
 var errWouldBlock = errors.New("read would block")
 
-func (r *connReader) Read(p []byte) (int, error) {
-	if r.has && len(p) > 0 {
-		p[0] = r.b[0]
-		r.has = false
-		return 1, nil
+// replayReader is what a pooled read buffer reads from: first what the
+// idle wait read (pend), then the connection. It lives in the rstate, so an
+// idle connection pays nothing for it.
+type replayReader struct {
+	pend []byte
+	cr   *connReader
+}
+
+func (r *replayReader) Read(p []byte) (int, error) {
+	if len(r.pend) > 0 && len(p) > 0 {
+		n := copy(p, r.pend)
+		r.pend = r.pend[n:]
+		return n, nil
 	}
+	return r.cr.Read(p)
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
 	if !r.try || r.raw == nil || len(p) == 0 {
-		return r.conn.Read(p)
+		n, err := r.conn.Read(p)
+		r.short = n <= idleReadSize && n < len(p)
+		r.busy = n == len(p) && n > 1
+		return n, err
 	}
 	var n int
 	var err error
@@ -539,29 +448,42 @@ func (r *connReader) Read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
+	r.short = n <= idleReadSize && n < len(p)
+	r.busy = n == len(p)
 	return n, nil
 }
 
 const readBufSize = 4 << 10
 
+// idleReadSize is how much an idle connection's wait reads at once: a
+// small PUBLISH (a sensor's reading) arrives whole in the read that ends
+// the wait, instead of in a 1-byte read and a second one.
+const idleReadSize = 256
+
 // rstate is what a connection's reader needs only while input flows: the
-// read buffer and the packets decoded in place (about 5.5 KiB together).
+// read buffer and the packets decoded in place (about 5.8 KiB together).
 type rstate struct {
-	br *bufio.Reader
-	sc packet.Scratch
+	br   *bufio.Reader
+	sc   packet.Scratch
+	src  replayReader
+	pre  [idleReadSize]byte // what the idle wait read, replayed first
+	owed []*client          // other connections to flush when this input is drained (writer.go)
 }
 
 var rstatePool = sync.Pool{New: func() any { return &rstate{br: bufio.NewReaderSize(nil, readBufSize)} }}
 
-func getRstate(r io.Reader) *rstate {
+func getRstate(cr *connReader) *rstate {
 	rs := rstatePool.Get().(*rstate)
-	rs.br.Reset(r)
+	rs.src.cr = cr
+	rs.br.Reset(&rs.src)
 	return rs
 }
 
 func putRstate(rs *rstate) {
 	rs.br.Reset(nil)
 	rs.sc = packet.Scratch{} // drop references to payloads and strings
+	clear(rs.owed)
+	rs.src, rs.owed = replayReader{}, rs.owed[:0]
 	rstatePool.Put(rs)
 }
 

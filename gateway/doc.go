@@ -7,18 +7,27 @@
 // # Connections
 //
 // A client is one network connection speaking MQTT. The goroutine that calls
-// Server.ServeConn is its reader: it decodes and handles packets. Its writer
-// goroutine owns the write side of the socket and exists only while there is
-// something to write: it is started when work appears, drains the control
-// lane and the session's sendable messages, and exits when both are empty,
-// never two at once. Everything else only enqueues (field report 000: acks
-// never wait behind a PUBLISH; only new PUBLISH packets are gated by the
-// in-flight window).
+// Server.ServeConn is its reader: it decodes and handles packets. The write
+// side of the socket has one owner at a time, the writer (c.writing), never
+// two at once; it drains the control lane first, then the session's
+// sendable messages, so acks never wait behind a PUBLISH (field report 000;
+// only new PUBLISH packets are gated by the in-flight window). Everything
+// else only enqueues.
+//
+// The writer exists only while there is something to write, and at sensor
+// rates it is usually not a goroutine at all (writer.go): work queued while
+// a reader handles its input is flushed by that reader once the input is
+// drained (or before it waits for the rest of a split packet), inline, with
+// one non-blocking write when the socket takes all the bytes at once. Only
+// what could wait (a full socket buffer, a batch that keeps growing, a
+// closing DISCONNECT, TLS and WebSocket connections) goes to a writer
+// goroutine, whose every write has a deadline.
 //
 // # Files
 //
 //	server.go      Server, Options, ServeConn, Run, Publish
-//	client.go      one connection: state, close, control lane, writer, buffers
+//	client.go      one connection: state, close, control lane, buffers
+//	writer.go      the writer: inline flushes, the writer goroutine
 //	reader.go      the reader: read loop, idle wait, read errors
 //	connect.go     CONNECT: authentication, limits, will, session, CONNACK
 //	handle.go      every packet after CONNECT; acks, PINGREQ
@@ -56,14 +65,15 @@
 //	route.go      the matching subscriptions and shared groups, each
 //	              delivered to
 //	session.go    its session's queue (deliver; persist.go for a persistent
-//	              session), which wakes that connection's writer (client.go
-//	              kick); under flow control the acknowledgement waits for a
+//	              session), which wakes that connection's writer (writer.go
+//	              wake: the routing reader flushes it inline once its input
+//	              is drained, or a writer goroutine); under flow control the acknowledgement waits for a
 //	              congested subscriber (addWaiter)
 //	persist.go    waitState: the acknowledgement waits for the state records
 //	ack.go        the verdict: PUBACK/PUBREC now (ackID), or when the last
 //	              sink, record or subscriber has kept it (keep.finish,
 //	              slotDone), in PUBLISH order; notKept if it was not kept
-//	client.go     the writer sends the acknowledgement (control lane first)
+//	writer.go     the writer sends the acknowledgement (control lane first)
 //	              and each subscriber's writer its copy (session.go
 //	              takeSendable)
 //

@@ -44,7 +44,7 @@ func (c *client) handle(pk packet.Packet) error {
 			// message; a restart must not find the old id and take the
 			// new message for a duplicate (persist.go).
 			id := p.PacketID // p is the reader's scratch
-			c.srv.state.WhenDurable(pos, func(error) { c.sendAck(packet.PUBCOMP, id, code) })
+			c.srv.state.WhenDurable(pos, func(error) { c.sendAckFlush(packet.PUBCOMP, id, code) })
 		} else {
 			c.sendAck(packet.PUBCOMP, p.PacketID, code)
 		}

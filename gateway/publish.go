@@ -78,7 +78,7 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		}
 	}
 	if p.QoS == 0 {
-		c.srv.route(m)
+		c.srv.routeVia(m, nil, c)
 		return nil
 	}
 	c.pa = pendingAck{c: c, qos: p.QoS, id: p.PacketID, topic: p.Topic}

@@ -119,8 +119,19 @@ func (s *Server) route(m *Message) error {
 // pending, err is the synchronous verdict. matched reports whether any
 // subscription or sink took the message.
 func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err error) {
+	var from *client
+	if pa, ok := d.(*pendingAck); ok {
+		from = pa.c
+	}
+	return s.routeVia(m, d, from)
+}
+
+// routeVia is routeKept called by the reader of from (nil: not a reader),
+// which then writes what it queued for other connections itself once its
+// input is drained (writer.go).
+func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matched bool, err error) {
 	s.stats.received.Add(1)
-	h := keeper{d: d}
+	h := keeper{d: d, from: from}
 	if m.Retain {
 		h.pos = s.retain(m)
 	}

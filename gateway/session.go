@@ -171,12 +171,13 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	s.queue.push(q)
 	s.charge(sz)
 	c := s.conn
+	queued := s.queue.len()
 	high := 2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes
 	congested = high && s.writerBehind()
 	wait = flow && high
 	s.mu.Unlock()
 	if c != nil {
-		c.kick()
+		h.wake(c, queued) // a routing reader may flush it inline (writer.go)
 	}
 	return congested, wait
 }

@@ -46,6 +46,7 @@ type counters struct {
 	authFailures  atomic.Int64 // CONNECTs refused for a bad user name or password
 	notStored     atomic.Int64 // QoS 1/2 messages a sink could not keep: not acknowledged
 	closes        [numCloseReasons]atomic.Int64
+	writers       atomic.Int64 // writer goroutines started (writer.go; tests)
 	denied        [numDenials]atomic.Int64
 }
 
