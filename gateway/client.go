@@ -96,7 +96,7 @@ func newClient(s *Server, conn net.Conn, listener, certCN string) *client {
 		certCN:   certCN,
 		since:    time.Now(),
 	}
-	c.cr.conn = conn
+	c.cr.conn, c.cr.owner = conn, c
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.cr.raw = raw
@@ -403,6 +403,7 @@ type connReader struct {
 	try   bool            // the next read must not wait: errWouldBlock instead
 	short bool            // the last read got a few bytes, all there were: a quiet connection
 	busy  bool            // the last read filled the buffer: input is waiting (writer.go)
+	owner *client         // flushes what its reader holds before a read that may wait (writer.go)
 }
 
 // errWouldBlock is what a non-blocking attempt returns when no input waits.
@@ -425,7 +426,32 @@ func (r *replayReader) Read(p []byte) (int, error) {
 	return r.cr.Read(p)
 }
 
+// Read reads for the pooled buffer. A read that may wait while the reader
+// holds writes (a packet split across reads: the buffer ended mid-packet)
+// first takes what has arrived without waiting and, if the rest is not
+// there yet, flushes what the reader holds (writer.go): the messages it
+// routed to other connections and its own acks must not wait for the rest
+// of this client's packet (a client sending half a packet would otherwise
+// hold up delivery to every subscriber it had just published to).
 func (r *connReader) Read(p []byte) (int, error) {
+	if r.try || len(p) == 0 || r.owner == nil || !r.owner.held {
+		return r.read(p)
+	}
+	if r.raw != nil {
+		r.try = true
+		n, err := r.read(p)
+		r.try = false
+		if err != errWouldBlock {
+			return n, err
+		}
+	}
+	r.owner.flushOwed()
+	n, err := r.read(p)
+	r.owner.hold()
+	return n, err
+}
+
+func (r *connReader) read(p []byte) (int, error) {
 	if !r.try || r.raw == nil || len(p) == 0 {
 		n, err := r.conn.Read(p)
 		r.short = n <= idleReadSize && n < len(p)

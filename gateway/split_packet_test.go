@@ -1,0 +1,55 @@
+package gateway_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/gateway/packet"
+)
+
+// TestSplitPacketDoesNotHoldWrites: a publisher whose next packet arrives
+// only in part must not hold up what its reader already routed or owes.
+// The reader writes the work of its input when the input is drained
+// (writer.go); a buffer that ends mid-packet is not drained, and the read
+// for the rest may wait as long as the client likes. The message to the
+// subscriber and the publisher's own PUBACK go out before that wait.
+func TestSplitPacketDoesNotHoldWrites(t *testing.T) {
+	for _, qos := range []byte{0, 1} {
+		t.Run(map[byte]string{0: "qos0", 1: "qos1"}[qos], func(t *testing.T) {
+			b := startBroker(t, gateway.Options{AllowAnonymous: true})
+			sub, _ := rawConnect(t, b.addr, packet.V311, "sub", true, nil)
+			sub.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "split/#", QoS: qos})
+			pub, _ := rawConnect(t, b.addr, packet.V311, "pub", true, nil)
+
+			first, err := packet.Append(nil, &packet.Publish{QoS: qos, PacketID: 1, Topic: "split/a", Payload: []byte("first")}, packet.V311)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := packet.Append(nil, &packet.Publish{QoS: qos, PacketID: 2, Topic: "split/a", Payload: []byte("second")}, packet.V311)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One write: the first PUBLISH and half of the second.
+			half := len(second) / 2
+			if err := pub.write(append(first, second[:half]...)); err != nil {
+				t.Fatal(err)
+			}
+			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "first" {
+				t.Fatalf("subscriber got %q, want first", p.Payload)
+			}
+			if qos == 1 {
+				if a := expect[*packet.Puback](t, pub, 5*time.Second); a.PacketID != 1 {
+					t.Fatalf("PUBACK for %d, want 1", a.PacketID)
+				}
+			}
+			// The rest arrives: the second message is delivered too.
+			if err := pub.write(second[half:]); err != nil {
+				t.Fatal(err)
+			}
+			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "second" {
+				t.Fatalf("subscriber got %q, want second", p.Payload)
+			}
+		})
+	}
+}
