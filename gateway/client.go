@@ -391,10 +391,9 @@ func (c *client) dropOutgoing(o *outgoing) {
 }
 
 // connReader is the source of a connection's pooled bufio.Reader. An idle
-// connection waits for its next packet with a small read onto the stack
-// and no pooled buffer; what that read got is replayed first (from the
-// pooled rstate) once traffic arrives: a sensor's reading is usually all in
-// it. On a plain socket (raw != nil) the reader can also make one
+// connection waits for its next packet with a one-byte read onto the stack
+// and no pooled buffer; that byte is replayed first (from the pooled
+// rstate) once traffic arrives. On a plain socket (raw != nil) the reader can also make one
 // non-blocking attempt (try): a busy connection refills its buffer with a
 // single read, and only a connection with nothing waiting pays for the wait.
 type connReader struct {
@@ -454,7 +453,7 @@ func (r *connReader) Read(p []byte) (int, error) {
 func (r *connReader) read(p []byte) (int, error) {
 	if !r.try || r.raw == nil || len(p) == 0 {
 		n, err := r.conn.Read(p)
-		r.short = n <= idleReadSize && n < len(p)
+		r.short = n <= quietReadSize && n < len(p)
 		r.busy = n == len(p) && n > 1
 		return n, err
 	}
@@ -474,26 +473,26 @@ func (r *connReader) read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
-	r.short = n <= idleReadSize && n < len(p)
+	r.short = n <= quietReadSize && n < len(p)
 	r.busy = n == len(p)
 	return n, nil
 }
 
 const readBufSize = 4 << 10
 
-// idleReadSize is how much an idle connection's wait reads at once: a
-// small PUBLISH (a sensor's reading) arrives whole in the read that ends
-// the wait, instead of in a 1-byte read and a second one.
-const idleReadSize = 256
+// quietReadSize: a read of at most this many bytes that left the socket
+// empty marks a quiet connection (a sensor's reading or two), which goes
+// straight to its idle wait next time (reader.go refill).
+const quietReadSize = 256
 
 // rstate is what a connection's reader needs only while input flows: the
-// read buffer and the packets decoded in place (about 5.8 KiB together).
+// read buffer and the packets decoded in place (about 5.5 KiB together).
 type rstate struct {
 	br   *bufio.Reader
 	sc   packet.Scratch
 	src  replayReader
-	pre  [idleReadSize]byte // what the idle wait read, replayed first
-	owed []*client          // other connections to flush when this input is drained (writer.go)
+	pre  [1]byte   // what the idle wait read (one byte: reader.go waitIdle), replayed first
+	owed []*client // other connections to flush when this input is drained (writer.go)
 }
 
 var rstatePool = sync.Pool{New: func() any { return &rstate{br: bufio.NewReaderSize(nil, readBufSize)} }}
