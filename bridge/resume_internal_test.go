@@ -65,7 +65,7 @@ func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
 	// Records 1..4; the upstream never acks 1 and 2.
 	toks := make(map[spool.ID]mqtt.Token)
 	for rec := spool.ID(1); rec <= 4; rec++ {
-		e := st.announce(rec)
+		e := st.announce(rec, wireID(rec))
 		toks[rec] = c.Publish("t", 1, false, "m"+strconv.Itoa(int(rec)))
 		if !st.taken(e) {
 			t.Fatalf("paho did not store record %d: %v", rec, toks[rec].Error())

@@ -49,7 +49,7 @@ import (
 type outbound struct {
 	rec  spool.ID // the spool record it carries
 	pid  uint16   // paho's packet id; 0 until paho stored it
-	wire uint16   // the packet id on the wire: wireID(rec)
+	wire uint16   // the packet id on the wire: pickWireID's
 	pkt  packets.ControlPacket
 	done chan struct{} // closed by Del: PUBACK or PUBCOMP arrived
 }
@@ -68,11 +68,12 @@ type uplinkStore struct {
 	complete func(rec spool.ID) // called by Del, outside mu, when a flow completed
 	resumed  atomic.Uint64      // outbound entries handed to paho's resume (All)
 
-	mu   sync.Mutex
-	next *outbound            // the publish the sender is handing to paho
-	out  map[uint16]*outbound // by paho's packet id
-	wire map[uint16]*outbound // by wire packet id
-	in   map[string]packets.ControlPacket
+	mu       sync.Mutex
+	next     *outbound            // the publish the sender is handing to paho
+	wireNext uint16               // where pickWireID looks for a free id
+	out      map[uint16]*outbound // by paho's packet id
+	wire     map[uint16]*outbound // by wire packet id
+	in       map[string]packets.ControlPacket
 }
 
 var _ mqtt.Store = (*uplinkStore)(nil)
@@ -87,9 +88,10 @@ func newUplinkStore(complete func(rec spool.ID)) *uplinkStore {
 }
 
 // announce tells the store that the next PUBLISH paho stores carries
-// spool record rec; the sender calls it just before Publish.
-func (s *uplinkStore) announce(rec spool.ID) *outbound {
-	e := &outbound{rec: rec, done: make(chan struct{})}
+// spool record rec, under wire id wire (pickWire); the sender calls it
+// just before Publish.
+func (s *uplinkStore) announce(rec spool.ID, wire uint16) *outbound {
+	e := &outbound{rec: rec, wire: wire, done: make(chan struct{})}
 	s.mu.Lock()
 	s.next = e
 	s.mu.Unlock()
@@ -108,15 +110,18 @@ func (s *uplinkStore) taken(e *outbound) bool {
 	return e.pid != 0
 }
 
-// wireBusy returns a channel to wait on if record rec's wire id is taken
-// by a publish still in flight (one 65535 records older), else nil.
-func (s *uplinkStore) wireBusy(rec spool.ID) <-chan struct{} {
+// pickWire returns the wire id for a publish of record rec at qos
+// (pickWireID), or 0 and a channel to wait on. Only the sender calls it,
+// and announce follows before anything else takes an id.
+func (s *uplinkStore) pickWire(rec spool.ID, qos byte) (uint16, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.wire[wireID(rec)]; e != nil {
-		return e.done
-	}
-	return nil
+	return pickWireID(rec, qos, &s.wireNext, func(w uint16) <-chan struct{} {
+		if e := s.wire[w]; e != nil {
+			return e.done
+		}
+		return nil
+	}, func(w uint16) bool { return s.wire[w] == nil })
 }
 
 // wireOf returns the wire id of paho's packet id pid (0 if unknown).
@@ -245,7 +250,7 @@ func (s *uplinkStore) Put(key string, p packets.ControlPacket) {
 	case *packets.PublishPacket:
 		if e := s.next; e != nil {
 			s.next = nil
-			e.pid, e.pkt, e.wire = pid, p, wireID(e.rec)
+			e.pid, e.pkt = pid, p
 			s.out[pid] = e
 			s.wire[e.wire] = e
 		}

@@ -27,7 +27,7 @@ func TestUplinkStore(t *testing.T) {
 	pids := map[spool.ID]uint16{7: 3, 8: 1, 9: 2}
 	es := map[spool.ID]*outbound{}
 	for _, rec := range []spool.ID{7, 8, 9} {
-		e := s.announce(rec)
+		e := s.announce(rec, wireID(rec))
 		s.Put("o."+strconv.Itoa(int(pids[rec])), publishPacket(pids[rec], 2))
 		if !s.taken(e) {
 			t.Fatalf("record %d: not taken after Put", rec)
@@ -36,7 +36,7 @@ func TestUplinkStore(t *testing.T) {
 	}
 	// A publish paho refused (no Put) is not taken, and the next Put does
 	// not pick up its stale announcement.
-	e := s.announce(10)
+	e := s.announce(10, wireID(10))
 	if s.taken(e) {
 		t.Fatal("record 10 taken without a Put")
 	}

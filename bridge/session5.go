@@ -76,6 +76,7 @@ type session5 struct {
 	out       map[uint16]*flow5 // outbound publishes by packet id
 	req       map[uint16]chan<- packets.ControlPacket
 	nextReq   uint16          // where the next SUBSCRIBE id search starts
+	wireNext  uint16          // where pickWireID looks for a free publish id
 	in        map[uint16]bool // inbound QoS 2 ids: received; true once PUBREC'd
 	refusedIn map[uint16]bool // inbound publishes the gateway refused: not acked
 	errs      log.Logger
@@ -94,14 +95,20 @@ func newSession5(ended func(*flow5)) *session5 {
 }
 
 // begin announces the publish of record rec of lane at qos (1 or 2): its flow is
-// registered under wireID(rec). If a flow 65535 records older still holds
-// that id, begin returns nil and a channel to wait on.
+// registered under the id pickWireID gives. If a QoS 2 record's id is
+// held by a flow 65535 records apart, begin returns nil and a channel to
+// wait on.
 func (s *session5) begin(rec spool.ID, qos byte, lane spool.Lane, size int) (*flow5, <-chan struct{}) {
-	id := wireID(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f := s.out[id]; f != nil {
-		return nil, f.done
+	id, wait := pickWireID(rec, qos, &s.wireNext, func(w uint16) <-chan struct{} {
+		if f := s.out[w]; f != nil {
+			return f.done
+		}
+		return nil
+	}, func(w uint16) bool { return s.out[w] == nil && s.req[w] == nil })
+	if wait != nil {
+		return nil, wait
 	}
 	f := &flow5{rec: rec, id: id, qos: qos, lane: lane, size: size, done: make(chan struct{})}
 	s.out[id] = f

@@ -75,18 +75,22 @@ func (s *uplink311) room(f inflight) (int, byte) {
 // is invisible (protocol).
 func (s *uplink311) refuse(spool.Message, int) byte { return 0 }
 
-// claim announces record f.id to the store, once no record 65535 older
-// holds its wire id (protocol).
-func (s *uplink311) claim(ctx context.Context, f *inflight, _ spool.Message, _ int) bool {
-	if busy := s.b.store.wireBusy(f.id); busy != nil {
-		select { // a record 65535 older holds the wire id
+// claim announces record f.id to the store under a free wire id
+// (protocol): a QoS 2 publish waits while a record 65535 apart holds its
+// own (wireid.go).
+func (s *uplink311) claim(ctx context.Context, f *inflight, m spool.Message, _ int) bool {
+	for {
+		w, busy := s.b.store.pickWire(f.id, m.QoS)
+		if busy == nil {
+			f.out = s.b.store.announce(f.id, w)
+			return true
+		}
+		select {
 		case <-busy:
 		case <-ctx.Done():
 			return false
 		}
 	}
-	f.out = s.b.store.announce(f.id)
-	return true
 }
 
 // publish hands m to paho (protocol). paho's Publish is asynchronous: its

@@ -88,7 +88,7 @@ func packetStream(r *rand.Rand, n, known int) ([]byte, rewritten) {
 func testStore(n int) *uplinkStore {
 	st := newUplinkStore(func(spool.ID) {})
 	for rec := spool.ID(1); rec <= spool.ID(n); rec++ {
-		e := st.announce(rec)
+		e := st.announce(rec, wireID(rec))
 		st.Put("o."+strconv.Itoa(1000+int(rec)), publishPacket(uint16(1000+rec), 2))
 		st.taken(e)
 	}
@@ -196,4 +196,39 @@ func FuzzAckRewriter(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPickWireIDAcrossTheWrap: records 65535 apart share a wire id, and
+// with lanes or live-first both can be in flight (a live record and a
+// backlog record 65535 older). A QoS 1 publish then takes a free id at
+// once; a QoS 2 publish waits for its own (a restarted process must find
+// an unfinished QoS 2 flow under the id its predecessor used).
+func TestPickWireIDAcrossTheWrap(t *testing.T) {
+	st := newUplinkStore(func(spool.ID) {})
+	const live = spool.ID(7 + 65535) // same wire id as record 7
+	e := st.announce(live, wireID(live))
+	st.Put("o.1", publishPacket(1, 1))
+	st.taken(e)
+
+	w, wait := st.pickWire(7, 1)
+	if wait != nil || w == 0 || w == wireID(7) {
+		t.Fatalf("QoS 1 record 7 behind in-flight record %d: id %d, wait %v; want a free id other than %d", live, w, wait != nil, wireID(7))
+	}
+	e1 := st.announce(7, w)
+	st.Put("o.2", publishPacket(2, 1))
+	st.taken(e1)
+	if got := st.wireOf(2); got != w {
+		t.Fatalf("paho id 2 goes out as %d, want %d", got, w)
+	}
+	if w2, _ := st.pickWire(8, 1); w2 == w || w2 == wireID(live) {
+		t.Fatalf("the next QoS 1 record got id %d, which is taken", w2)
+	}
+
+	if w, wait := st.pickWire(7+65535*2, 2); wait == nil || w != 0 {
+		t.Fatalf("QoS 2 record whose id %d is held: id %d, wait %v; want to wait", wireID(7), w, wait != nil)
+	}
+	st.Del("o.1") // the live record's PUBACK
+	if w, wait := st.pickWire(7+65535*2, 2); wait != nil || w != wireID(7) {
+		t.Fatalf("QoS 2 record after its id was freed: id %d, wait %v; want %d", w, wait != nil, wireID(7))
+	}
 }
