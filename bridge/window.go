@@ -115,6 +115,9 @@ type stamp struct {
 	sent  time.Time
 	acked int64     // the window's acked bytes at the send
 	ackAt time.Time // and when the last of them was
+	// appLimited: the window was at most half full after this send, so
+	// the sender, not the link, set the pace (see learnLocked).
+	appLimited bool
 }
 
 // roomLocked reports whether a publish of size bytes at qos fits.
@@ -169,7 +172,7 @@ func (w *sendWindow) takeLocked(size int, qos byte, now time.Time) stamp {
 	if qos == 2 {
 		w.qos2++
 	}
-	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt}
+	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt, appLimited: 2*w.bytes <= w.cwnd}
 }
 
 // release frees the room of a publish complete at now (acknowledged
@@ -202,9 +205,19 @@ func (w *sendWindow) learnLocked(st stamp, now time.Time) {
 	if w.minRTT == 0 {
 		return
 	}
+	// A sample of a publish sent while the window was at most half full
+	// measures what the sender offered, not what the link carries (BBR's
+	// app-limited samples): it may raise the rate, never lower it.
+	// Otherwise a sender that does not fill the window shrinks it: with
+	// live-first the backlog held to 25 % of the window made the next
+	// window 2 x 25 % of this one, down to the floor in a few round trips
+	// (a 100,000-message backlog drained at 8 % of the link, make
+	// bench-lanes).
 	if el := now.Sub(st.ackAt); el > 0 {
 		rate := float64(w.acked-st.acked) / el.Seconds()
-		w.rate.update(rate, now, max(rateWindowMin, 10*w.minRTT))
+		if !st.appLimited || rate >= w.rate.get() {
+			w.rate.update(rate, now, max(rateWindowMin, 10*w.minRTT))
+		}
 	}
 	if st.acked >= w.roundEnd { // a round trip has passed
 		w.roundEnd = w.acked

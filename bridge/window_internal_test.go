@@ -13,6 +13,7 @@ type simLink struct {
 	rate     float64
 	rtt      time.Duration
 	size     int
+	share    float64 // the sender keeps at most this share of the window in flight (live-first's backlog); 0: all of it
 	now      time.Time
 	free     time.Time // when the bottleneck is free again
 	inflight []simPkt  // in ack order (FIFO link)
@@ -35,7 +36,8 @@ func (l *simLink) run(t *testing.T, w *sendWindow, d time.Duration) {
 	for l.now.Before(end) {
 		for { // send while the window has room
 			w.mu.Lock()
-			ok := w.roomLocked(l.size, 1)
+			ok := w.roomLocked(l.size, 1) &&
+				(l.share == 0 || w.bytes == 0 || float64(w.bytes+l.size) <= l.share*float64(w.cwnd))
 			w.mu.Unlock()
 			if !ok {
 				break
@@ -114,6 +116,45 @@ func TestWindowFillsTheLink(t *testing.T) {
 			}
 			if lim := max(windowInit, (startupGain+1)*bdp+2*tc.size); l.maxBytes > lim {
 				t.Errorf("%d bytes in flight at most, want at most %d (startup gain + 1 BDP)", l.maxBytes, lim)
+			}
+		})
+	}
+}
+
+// TestWindowHeldToAShare: a sender that keeps only a quarter of the window
+// in flight (live-first's backlog share, no live traffic) does not shrink
+// the window: its samples measure the sender, not the link. It carries
+// about a quarter of 2 BDP per round trip, half the link (before, each
+// round trip's window was half the last one's, down to the floor: 8 % of
+// the link in make bench-lanes).
+func TestWindowHeldToAShare(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rate float64
+		rtt  time.Duration
+	}{
+		{"2Mbit-50ms", 250e3, 50 * time.Millisecond},
+		{"10Mbit-300ms", 1.25e6, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Unix(1e9, 0)
+			w := newSendWindow(autoMaxCount, 20, true, start)
+			// Fill the link first, as a fifo drain would, then hold the
+			// sender to a quarter of the window.
+			l := &simLink{rate: tc.rate, rtt: tc.rtt, size: 100, now: start, free: start}
+			l.run(t, w, 40*tc.rtt)
+			l.share, l.acked = 0.25, 0
+			d := 100 * tc.rtt
+			l.run(t, w, d)
+			use := float64(l.acked) / (tc.rate * d.Seconds())
+			bdp := int(tc.rate * tc.rtt.Seconds())
+			_, _, cwnd, _ := w.snapshot()
+			t.Logf("held to 25%%: link use %.0f%%, window %d B, BDP %d B", 100*use, cwnd, bdp)
+			if cwnd < bdp {
+				t.Errorf("window %d B fell below one BDP (%d B): the share shrank it", cwnd, bdp)
+			}
+			if use < 0.35 {
+				t.Errorf("carried %.0f%% of the link held to a quarter of the window, want about half", 100*use)
 			}
 		})
 	}
