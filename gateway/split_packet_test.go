@@ -53,3 +53,55 @@ func TestSplitPacketDoesNotHoldWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitPacketAfterPipelinedConnect: a client may send packets right
+// behind its CONNECT, before the CONNACK. When the same first read also
+// ends inside a packet, the reader waits for the rest while holding what it
+// routed from the complete ones: the subscriber must get its message
+// before the publisher sends the rest.
+func TestSplitPacketAfterPipelinedConnect(t *testing.T) {
+	for _, qos := range []byte{0, 1} {
+		t.Run(map[byte]string{0: "qos0", 1: "qos1"}[qos], func(t *testing.T) {
+			b := startBroker(t, gateway.Options{AllowAnonymous: true})
+			sub, _ := rawConnect(t, b.addr, packet.V311, "sub", true, nil)
+			sub.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "split/#", QoS: qos})
+
+			pub := rawDial(t, b.addr, packet.V311)
+			var head []byte
+			for _, p := range []packet.Packet{
+				&packet.Connect{ProtocolName: "MQTT", Version: packet.V311, ClientID: "pub", CleanStart: true, KeepAlive: 60},
+				&packet.Publish{QoS: qos, PacketID: uint16(qos), Topic: "split/a", Payload: []byte("first")},
+			} {
+				var err error
+				if head, err = packet.Append(head, p, packet.V311); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second, err := packet.Append(nil, &packet.Publish{QoS: qos, PacketID: 2 * uint16(qos), Topic: "split/a", Payload: []byte("second")}, packet.V311)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One write: CONNECT, the first PUBLISH and half of the second.
+			half := len(second) / 2
+			if err := pub.write(append(head, second[:half]...)); err != nil {
+				t.Fatal(err)
+			}
+			pub.start()
+			expect[*packet.Connack](t, pub, 5*time.Second)
+			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "first" {
+				t.Fatalf("subscriber got %q, want first", p.Payload)
+			}
+			if qos == 1 {
+				if a := expect[*packet.Puback](t, pub, 5*time.Second); a.PacketID != 1 {
+					t.Fatalf("PUBACK for %d, want 1", a.PacketID)
+				}
+			}
+			if err := pub.write(second[half:]); err != nil {
+				t.Fatal(err)
+			}
+			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "second" {
+				t.Fatalf("subscriber got %q, want second", p.Payload)
+			}
+		})
+	}
+}
