@@ -56,6 +56,11 @@ func (c *client) readLoop() error {
 	// drained (writer.go); also when the reader ends, so nothing it routed
 	// is left waiting for another kick.
 	defer c.flushOwed()
+	// Packets pipelined behind CONNECT are input being handled too: held,
+	// so a read for the rest of a split packet among them first flushes
+	// what the complete ones routed (connReader.Read flushes only while
+	// held).
+	c.hold()
 	for {
 		if c.rs.br.Buffered() == 0 {
 			c.flushOwed()
