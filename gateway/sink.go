@@ -113,7 +113,14 @@ func (ss *sinkSet) deliver(m *Message, h *keeper) (int, error) {
 			as.AcceptAsync(m, func(error) {})
 			continue
 		}
-		if err := e.sink.Accept(m); err != nil {
+		accept := func() error { return e.sink.Accept(m) }
+		var err error
+		if h.from != nil {
+			err = h.from.unheld(accept) // Accept may wait: the reader's writes do not (writer.go)
+		} else {
+			err = accept()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("sink %s: %w", e.name, err))
 		}
 	}

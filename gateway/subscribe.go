@@ -70,7 +70,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 	if statePos > 0 {
 		// A SUBACK is a promise too; the wait (at most one sync window)
 		// holds only this reader, with no lock held.
-		if err := c.srv.state.Wait(statePos); err != nil {
+		if err := c.unheld(func() error { return c.srv.state.Wait(statePos) }); err != nil {
 			// Not granted: what this SUBSCRIBE added is taken back, so
 			// the client is not told of a subscription a restart loses.
 			c.logf(slog.LevelWarn, "subscription not stored; refused", "err", err)

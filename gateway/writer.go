@@ -297,6 +297,18 @@ func (c *client) hold() {
 	c.wmu.Unlock()
 }
 
+// unheld runs wait, a call that may block the reader in the middle of its
+// input (a synchronous sink, the state store's sync window), with the
+// reader's writes let go: what it holds is written first, and while it
+// waits, work that other goroutines queue for its connection (an
+// in-process message, an ack released by a sink's verdict) starts the
+// writer goroutine instead of waiting for this reader. Reader only.
+func (c *client) unheld(wait func() error) error {
+	c.flushOwed()
+	defer c.hold()
+	return wait()
+}
+
 // flushOwed is called by the reader when its input is drained (and when
 // it ends): the connections it routed to first, then its own.
 func (c *client) flushOwed() {
