@@ -112,25 +112,39 @@ func (s *Server) restoreSession(ss *store.Session, expiry time.Duration, now tim
 		}
 		s.subs.Add(inner, treeKey(ss.ID, group), sub)
 	}
-	for _, e := range ss.Queue {
+	// A QoS 2 message sent before the restart is resent with its packet id
+	// (DUP), or only its PUBREL once PUBREC came [MQTT-4.4.0-1]. A QoS 1
+	// send is not recorded, but the queue goes out in order: a QoS 1
+	// message queued ahead of a sent QoS 2 one was sent too, and is resent
+	// with it, in the order first sent [MQTT-4.6.0-1], not after it.
+	sentUpTo := -1 // index in ss.Queue of the last message recorded as sent
+	ids := make(map[uint16]bool)
+	for i, e := range ss.Queue {
+		if e.PID != 0 && !ids[e.PID] {
+			ids[e.PID] = true
+			sentUpTo = i
+		}
+	}
+	for i, e := range ss.Queue {
 		q := queued{msg: fromStore(&e.Msg), qos: e.QoS, retain: e.Retain, subIDs: e.SubIDs, seq: e.Seq}
-		if e.PID == 0 {
+		if sess.inflight == nil && sentUpTo >= 0 {
+			sess.inflight = make(map[uint16]*outflight, len(ids))
+		}
+		id := e.PID
+		if id != 0 {
+			if _, dup := sess.inflight[id]; dup {
+				id = 0 // two entries claim one id (damage): send it anew
+			}
+		} else if i < sentUpTo && e.QoS > 0 && len(ids) < 0xFFFF {
+			id = restoreID(sess, ids)
+		}
+		if id == 0 {
 			sess.queue.push(q)
 			sess.charge(q.msg.size())
 			continue
 		}
-		// A QoS 2 message sent before the restart: resent with its packet
-		// id (DUP), or only its PUBREL once PUBREC came [MQTT-4.4.0-1].
-		if sess.inflight == nil {
-			sess.inflight = make(map[uint16]*outflight)
-		}
-		if _, dup := sess.inflight[e.PID]; dup {
-			sess.queue.push(q) // two entries claim one id (damage): send it anew
-			sess.charge(q.msg.size())
-			continue
-		}
-		sess.inflight[e.PID] = &outflight{q: q, released: e.Released, sent: now}
-		sess.order = append(sess.order, e.PID)
+		sess.inflight[id] = &outflight{q: q, released: e.Released, sent: now}
+		sess.order = append(sess.order, id)
 		if !e.Released {
 			sess.charge(q.msg.size())
 		}
@@ -142,4 +156,16 @@ func (s *Server) restoreSession(ss *store.Session, expiry time.Duration, now tim
 		sess.inboundQoS2[id] = &inbound2{kept: true} // a resent PUBLISH is acknowledged, not delivered again
 	}
 	return sess
+}
+
+// restoreID picks a packet id for a restored in-flight QoS 1 message: one
+// that no recorded QoS 2 send holds (ids) nor another restored message.
+func restoreID(sess *session, ids map[uint16]bool) uint16 {
+	for {
+		id := sess.allocID()
+		if !ids[id] {
+			ids[id] = true
+			return id
+		}
+	}
 }
