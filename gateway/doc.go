@@ -17,7 +17,8 @@
 // The writer exists only while there is something to write, and at sensor
 // rates it is usually not a goroutine at all (writer.go): work queued while
 // a reader handles its input is flushed by that reader once the input is
-// drained (or before it waits for the rest of a split packet), inline, with
+// drained (or before it waits: for the rest of a split packet, in a
+// synchronous sink, for SUBSCRIBE's state records), inline, with
 // one non-blocking write when the socket takes all the bytes at once. Only
 // what could wait (a full socket buffer, a batch that keeps growing, a
 // closing DISCONNECT, TLS and WebSocket connections) goes to a writer
