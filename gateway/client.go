@@ -402,6 +402,7 @@ type connReader struct {
 	try   bool            // the next read must not wait: errWouldBlock instead
 	short bool            // the last read got a few bytes, all there were: a quiet connection
 	busy  bool            // the last read filled the buffer: input is waiting (writer.go)
+	idle  [1]byte         // waitIdle's read: a local array escapes, one allocation per idle wait
 	owner *client         // flushes what its reader holds before a read that may wait (writer.go)
 }
 

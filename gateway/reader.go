@@ -123,9 +123,9 @@ func (c *client) refill() error {
 //
 //go:noinline
 func (c *client) waitIdle() error {
-	var b [1]byte
+	b := c.cr.idle[:]
 	for {
-		n, err := c.conn.Read(b[:])
+		n, err := c.conn.Read(b)
 		if n > 0 {
 			c.rs = getRstate(&c.cr)
 			c.rs.src.pend = c.rs.pre[:copy(c.rs.pre[:], b[:n])]
