@@ -90,15 +90,29 @@ func newPicker(sp *spool.Spool, drain string, share float64, win *sendWindow, qu
 // send window: its own.
 func sameQoS(qos byte) byte { return qos }
 
-// shareOf returns share of the window's current limits: count, bytes
-// (0: not bounded by bytes, a fixed max_inflight) and QoS 2 window.
+// autoBacklogBytes is the smallest share of an automatic window's bytes
+// the backlog may hold in flight, whatever backlog_share says. The window
+// is learned from what the link carries (window.go), and it only learns
+// more if more is in flight than it estimates the link holds: a backlog
+// held to 25 % of a window of 2 bandwidth-delay products (1 BDP in
+// startup's 4) never filled the link, so the window never grew past where
+// it started, and a 100,000-message backlog drained at 8-10 % of a 2
+// Mbit/s link (make bench-lanes). Half the window is one BDP once the
+// link is full (the link stays busy, nothing queues, and live messages
+// find the other half free) and two in startup (the estimate doubles
+// every round trip).
+const autoBacklogBytes = 0.5
+
+// shareOf returns the backlog's share of the window's current limits:
+// count, bytes (0: not bounded by bytes, a fixed max_inflight; at least
+// autoBacklogBytes of an automatic window) and QoS 2 window.
 func (w *sendWindow) shareOf(share float64) (count, bytes, qos2 int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	count = max(1, int(share*float64(w.maxCount)))
 	qos2 = max(1, int(share*float64(w.maxQoS2)))
 	if w.auto {
-		bytes = max(1, int(share*float64(w.cwnd)))
+		bytes = max(1, int(max(share, autoBacklogBytes)*float64(w.cwnd)))
 	}
 	return count, bytes, qos2
 }
