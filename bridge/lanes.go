@@ -97,11 +97,13 @@ func sameQoS(qos byte) byte { return qos }
 // held to 25 % of a window of 2 bandwidth-delay products (1 BDP in
 // startup's 4) never filled the link, so the window never grew past where
 // it started, and a 100,000-message backlog drained at 8-10 % of a 2
-// Mbit/s link (make bench-lanes). Half the window is one BDP once the
-// link is full (the link stays busy, nothing queues, and live messages
-// find the other half free) and two in startup (the estimate doubles
-// every round trip).
-const autoBacklogBytes = 0.5
+// Mbit/s link (make bench-lanes). Three quarters of the window is 1.5
+// BDP once the link is full: the link stays busy while the round trip is
+// up to half again its floor (a loaded broker or machine; one BDP was not
+// enough: 21-67 % of the link with acks up to a round trip late), and live
+// messages find the last quarter free; in startup it is 3 BDP, so the
+// estimate grows every round trip.
+const autoBacklogBytes = 0.75
 
 // shareOf returns the backlog's share of the window's current limits:
 // count, bytes (0: not bounded by bytes, a fixed max_inflight; at least

@@ -115,8 +115,8 @@ type stamp struct {
 	sent  time.Time
 	acked int64     // the window's acked bytes at the send
 	ackAt time.Time // and when the last of them was
-	// appLimited: the window was at most half full after this send, so
-	// the sender, not the link, set the pace (see learnLocked).
+	// appLimited: the window was less than three quarters full after
+	// this send, so the sender, not the link, set the pace (learnLocked).
 	appLimited bool
 }
 
@@ -172,7 +172,7 @@ func (w *sendWindow) takeLocked(size int, qos byte, now time.Time) stamp {
 	if qos == 2 {
 		w.qos2++
 	}
-	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt, appLimited: 2*w.bytes <= w.cwnd}
+	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt, appLimited: 4*w.bytes < 3*w.cwnd}
 }
 
 // release frees the room of a publish complete at now (acknowledged
@@ -205,14 +205,16 @@ func (w *sendWindow) learnLocked(st stamp, now time.Time) {
 	if w.minRTT == 0 {
 		return
 	}
-	// A sample of a publish sent while the window was at most half full
-	// measures what the sender offered, not what the link carries (BBR's
-	// app-limited samples): it may raise the rate, never lower it.
-	// Otherwise a sender that does not fill the window shrinks it: with
-	// live-first the backlog held to 25 % of the window made the next
-	// window 2 x 25 % of this one, down to the floor in a few round trips
-	// (a 100,000-message backlog drained at 8 % of the link, make
-	// bench-lanes).
+	// A sample of a publish sent while the window was less than three
+	// quarters full measures what the sender offered, not what the link
+	// carries (BBR's app-limited samples): it may raise the rate, never
+	// lower it. Otherwise a sender that does not fill the window shrinks
+	// it: a live-first backlog held to half the window (lanes.go) carries
+	// one estimated BDP per round trip, less than the link once anything
+	// queues, and each round trip's window was smaller than the last, down
+	// to the floor (a 100,000-message backlog drained at 8-10 % of a 2
+	// Mbit/s link, make bench-lanes; a sender that caught up with a quiet
+	// spool did the same).
 	if el := now.Sub(st.ackAt); el > 0 {
 		rate := float64(w.acked-st.acked) / el.Seconds()
 		if !st.appLimited || rate >= w.rate.get() {
