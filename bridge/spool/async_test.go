@@ -254,3 +254,67 @@ func TestAppendAsyncReentrant(t *testing.T) {
 		t.Fatalf("entries %v", entryIDs(es))
 	}
 }
+
+// A reader waiting for new records (the bridge's sender) is woken once per
+// group commit, not per append: with SyncBatch nothing closes Changed
+// until the flush starts, and it is closed before the batch's done
+// callbacks run; with SyncNone it is closed by the append itself.
+func TestChangedOncePerCommit(t *testing.T) {
+	t.Run("batch, window still open", func(t *testing.T) {
+		s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: time.Hour})
+		ch := s.Changed()
+		for i := range 10 {
+			s.AppendAsync(testMsg(i), func(ID, error) {})
+		}
+		select {
+		case <-ch:
+			t.Fatal("Changed closed by an append before the group commit started")
+		default:
+		}
+		if _, _, ok, err := s.Head(LaneNormal, 0); !ok || err != nil {
+			t.Fatalf("Head before the commit: ok %v err %v; records are readable once written", ok, err)
+		}
+	})
+	t.Run("batch, closed by the flush before done", func(t *testing.T) {
+		s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 5 * time.Millisecond})
+		ch := s.Changed()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		var closedAtDone atomic.Bool
+		s.AppendAsync(testMsg(1), func(_ ID, err error) {
+			select {
+			case <-ch:
+				closedAtDone.Store(true)
+			default:
+			}
+			wg.Done()
+		})
+		waitWG(t, &wg, 10*time.Second)
+		if !closedAtDone.Load() {
+			t.Fatal("Changed still open when the group commit reported the record durable")
+		}
+		// The next record closes the next channel, with an ack in between.
+		ch = s.Changed()
+		if err := s.Ack(1); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		s.AppendAsync(testMsg(2), func(ID, error) { wg.Done() })
+		waitWG(t, &wg, 10*time.Second)
+		select {
+		case <-ch:
+		default:
+			t.Fatal("Changed not closed by the commit of a new record")
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		s := openT(t, Options{Dir: t.TempDir(), Sync: SyncNone, SyncInterval: time.Hour})
+		ch := s.Changed()
+		s.AppendAsync(testMsg(1), func(ID, error) {})
+		select {
+		case <-ch:
+		default:
+			t.Fatal("SyncNone: Changed not closed by the append")
+		}
+	})
+}

@@ -110,6 +110,9 @@
 //
 // Next and Peek see a record as soon as it is written, before its fsync, so
 // the bridge may already send it upstream while its Append still waits.
+// A reader waiting for new records (Changed, Next) is woken once per group
+// commit, as the flush starts and before its fsync (with SyncNone: at the
+// append), not once per append.
 // After a power loss such a record may be gone (it was never confirmed to
 // the sensor); its ID is not given to a new record, because after an
 // unclean stop IDs continue above the high-water mark (ids.go).

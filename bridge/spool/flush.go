@@ -91,6 +91,9 @@ func (s *Spool) flush(final bool) {
 
 	s.mu.Lock()
 	s.drainKickLocked()
+	if s.unnotified {
+		s.notifyLocked()
+	}
 	b := s.batch
 	s.batch = nil
 	var toSync []*segment

@@ -155,9 +155,11 @@ func (s *Spool) LastID() ID {
 	return s.nextID - 1
 }
 
-// Changed returns a channel closed at the next append (or Close): take it
-// before looking with Head, wait on it if there was nothing, and no
-// append is missed.
+// Changed returns a channel closed after the next append (or at Close):
+// take it before looking with Head, wait on it if there was nothing, and
+// no append is missed. With SyncBatch and SyncAlways it is closed when the
+// group commit covering the append starts (within SyncInterval), so a
+// waiter wakes once per batch of appends; with SyncNone at the append.
 func (s *Spool) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
