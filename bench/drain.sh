@@ -7,6 +7,7 @@
 #   DRAIN_SCENARIOS  space-separated subset (default: all, see scenario_args)
 #   DRAIN_GATEWAYS   "edgegw edgegw-w32 mosquitto" (default)
 #   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
+#   EDGEGW_BIN       an edgegw binary to measure instead of building one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +36,8 @@ trap cleanup EXIT
 echo "== build"
 $GO build -o bin/edgegw-bench ./cmd/edgegw-bench
 $GO build -o bin/drain-report ./bench/drainreport
-CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o bin/edgegw ./cmd/edgegw
+EDGEGW=${EDGEGW_BIN:-bin/edgegw}
+[[ -n ${EDGEGW_BIN:-} ]] || CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o bin/edgegw ./cmd/edgegw
 
 # The cloud broker: Debian mosquitto with its default configuration (one
 # listener, anonymous access): QoS 2 quota 20 per client, 1000 queued.
@@ -118,7 +120,7 @@ for sc in $SCENARIOS; do
     wait_port "$PORT_UP"
     case $gw in
       mosquitto) "$MOSQUITTO" -c "$work/gateway-mosquitto.conf" 2>>"$work/gateway-mosquitto.log" & ;;
-      *) bin/edgegw --config "$work/$gw.yaml" 2>>"$work/$gw.log" & ;;
+      *) "$EDGEGW" --config "$work/$gw.yaml" 2>>"$work/$gw.log" & ;;
     esac
     g=$!; pids+=("$g")
     wait_port "$PORT_GW"
@@ -137,6 +139,6 @@ done
 
 cp "$raw" "$results/drain-raw-$stamp.jsonl"
 bin/drain-report -in "$raw" -md "$results/drain-$stamp.md" -latest "$results/drain-latest.md" \
-  -title "edgegw drain benchmark $stamp ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  -title "edgegw drain benchmark $stamp ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)${EDGEGW_BIN:+, edgegw $EDGEGW_BIN})"
 echo
 cat "$results/drain-latest.md"

@@ -7,6 +7,8 @@
 #   BENCH_IDLE_CONNS idle connections (default 5000)
 #   BENCH_SENSORS_DURATION  the sensor-fleet scenario's publishing time (default 20s)
 #   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
+#   EDGEGW_BIN       an edgegw binary to measure instead of building one
+#                    (paired runs of two builds: see bench/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +57,11 @@ edgegw_label=edgegw
 # static, no cgo. A cgo build maps libc and its own threads: ~1.5 MiB more
 # RSS than the binary the .deb installs.
 ship_build() { CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' "$@"; }
-if ! ship_build -o bin/edgegw ./cmd/edgegw 2>"$work/build.log"; then
+EDGEGW=bin/edgegw
+if [[ -n ${EDGEGW_BIN:-} ]]; then
+  EDGEGW=$EDGEGW_BIN
+  echo "   edgegw: $EDGEGW (EDGEGW_BIN, not built)"
+elif ! ship_build -o bin/edgegw ./cmd/edgegw 2>"$work/build.log"; then
   echo "   cmd/edgegw does not build (see below); using the in-process core stand-in bench/gatewayd"
   sed 's/^/   /' "$work/build.log" | head -5
   ship_build -o bin/bench-gatewayd ./bench/gatewayd
@@ -166,7 +172,7 @@ start_broker() { # name [config suffix] -> sets broker_pid, port
       broker_pid=$!; port=$PORT_MOSQUITTO ;;
     edgegw)
       if [[ $edgegw_label == edgegw ]]; then
-        bin/edgegw --config "$work/edgegw$sfx.yaml" 2>>"$work/edgegw.log" &
+        "$EDGEGW" --config "$work/edgegw$sfx.yaml" 2>>"$work/edgegw.log" &
       else
         bin/bench-gatewayd --addr "127.0.0.1:$PORT_EDGEGW" --max-connections $MAX_CONNECTIONS \
           --max-inflight $MAX_INFLIGHT --max-queued-messages $MAX_QUEUED \
@@ -272,6 +278,6 @@ done
 
 cp "$raw" "$results/raw-$stamp.jsonl"
 bin/bench-report -in "$raw" -md "$results/$stamp.md" -latest "$results/latest.md" -png "$results/latest.png" \
-  -title "edgegw benchmark $stamp (BENCH_DURATION=$DUR, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  -title "edgegw benchmark $stamp (BENCH_DURATION=$DUR, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)${EDGEGW_BIN:+, edgegw $EDGEGW_BIN})"
 echo
 cat "$results/latest.md"
