@@ -102,7 +102,7 @@ func (s *Spool) headLocked(lane Lane, after ID, skip func(ID) bool) (recLoc, boo
 			continue
 		}
 		if g, i := s.locateLocked(ids[k]); g != nil && !g.isRemoved(i) {
-			return recLoc{id: ids[k], f: g.f, off: int64(g.offs[i]), n: g.recLen(i)}, true
+			return locOf(g, i), true
 		}
 	}
 	return recLoc{}, false

@@ -194,6 +194,7 @@ type Spool struct {
 	acks       []ackRange // removals not yet written to acks.log
 	acksSpare  []ackRange // recycled by the flusher
 	wbuf       []byte     // record encoding scratch
+	ahead      readBlock  // read's block; its own lock, a leaf taken without mu
 
 	// The ids file (ids.go), guarded by mu; the flusher fsyncs idsFile.
 	idsFile     *os.File
@@ -671,6 +672,12 @@ type recLoc struct {
 	f   *os.File
 	off int64
 	n   int64
+	end int64 // the segment's valid size when captured: bytes below it never change
+}
+
+// locOf returns where record i of g is. Caller holds s.mu.
+func locOf(g *segment, i int) recLoc {
+	return recLoc{id: g.base + ID(i), f: g.f, off: int64(g.offs[i]), n: g.recLen(i), end: g.size}
 }
 
 // scanLocked appends to out up to limit live records with IDs above after.
@@ -691,7 +698,7 @@ func (s *Spool) scanLocked(after ID, limit int, out []recLoc) []recLoc {
 			i = int(from - g.base)
 		}
 		for i = g.nextLive(i); i >= 0 && len(out) < limit; i = g.nextLive(i + 1) {
-			out = append(out, recLoc{id: g.base + ID(i), f: g.f, off: int64(g.offs[i]), n: g.recLen(i)})
+			out = append(out, locOf(g, i))
 		}
 	}
 	return out
@@ -699,12 +706,53 @@ func (s *Spool) scanLocked(after ID, limit int, out []recLoc) []recLoc {
 
 // read loads one record. os.ErrClosed means its segment was deleted (the
 // record was removed meanwhile).
+//
+// It reads ahead: one pread fetches up to readAhead bytes of the segment
+// (only below its valid size when the record was located, which no later
+// write changes), and the next records are decoded from that block. The
+// bridge's sender reads records in order, a batch per group commit or a
+// whole backlog, and a pread per record was the costliest part of its
+// pick (4 % of edgegw's CPU in a 20,000-message drain). The block is
+// reused: the payload is copied out of it.
 func (s *Spool) read(l recLoc) (Message, error) {
-	buf := make([]byte, l.n)
-	if _, err := l.f.ReadAt(buf, l.off); err != nil {
-		return Message{}, err
+	if l.n > readAhead || l.end < l.off+l.n {
+		buf := make([]byte, l.n)
+		if _, err := l.f.ReadAt(buf, l.off); err != nil {
+			return Message{}, err
+		}
+		return decodeRecord(buf, l.id)
 	}
-	return decodeRecord(buf, l.id)
+	c := &s.ahead
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f != l.f || l.off < c.off || l.off+l.n > c.off+int64(len(c.buf)) {
+		if c.buf == nil {
+			c.buf = make([]byte, readAhead)
+		}
+		c.f = nil
+		n, err := l.f.ReadAt(c.buf[:min(readAhead, l.end-l.off)], l.off)
+		if int64(n) < l.n {
+			return Message{}, err
+		}
+		c.f, c.off, c.buf = l.f, l.off, c.buf[:n]
+	}
+	at := l.off - c.off
+	m, err := decodeRecord(c.buf[at:at+l.n], l.id)
+	if err == nil {
+		m.Payload = append(make([]byte, 0, len(m.Payload)), m.Payload...)
+	}
+	return m, err
+}
+
+// readAhead is the most one read of a segment fetches (read).
+const readAhead = 32 << 10
+
+// readBlock is the segment bytes read last (read), reused.
+type readBlock struct {
+	mu  sync.Mutex
+	f   *os.File // nil: empty
+	off int64
+	buf []byte // bytes [off, off+len(buf)) of f
 }
 
 // readFailed handles a record that could not be read back: unless its
@@ -812,7 +860,7 @@ func (s *Spool) Get(id ID) (m Message, ok bool, err error) {
 		s.mu.Unlock()
 		return m, false, nil
 	}
-	l := recLoc{id: id, f: g.f, off: int64(g.offs[i]), n: g.recLen(i)}
+	l := locOf(g, i)
 	s.mu.Unlock()
 	m, err = s.read(l)
 	switch {
