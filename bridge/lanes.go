@@ -228,6 +228,9 @@ func (p *picker) next(ctx context.Context) (spool.ID, spool.Message, error) {
 		if ok {
 			return id, m, nil
 		}
+		// Nothing may go now (an empty spool, the backlog at its share, a
+		// budget): what is sent next was not held back by the window.
+		p.win.setAppLimited()
 		var later <-chan time.Time
 		var t *time.Timer
 		if retry > 0 { // a lane waits for the next budget period

@@ -93,6 +93,9 @@ type sendWindow struct {
 	ackAt  time.Time     // when the last of them was
 	minRTT time.Duration // round-trip floor; 0 until the first ack
 	rate   maxFilter     // delivery rate, bytes/s
+	// appLimited: the sender last waited for something to send (the
+	// picker), not for room here; see stamp.appLimited.
+	appLimited bool
 
 	// Startup: a round ends when a publish sent after it began is acked.
 	full       bool    // the link is full: steadyGain from now on
@@ -115,8 +118,9 @@ type stamp struct {
 	sent  time.Time
 	acked int64     // the window's acked bytes at the send
 	ackAt time.Time // and when the last of them was
-	// appLimited: the window was less than three quarters full after
-	// this send, so the sender, not the link, set the pace (learnLocked).
+	// appLimited: since the sender last waited for room in the window,
+	// it has waited for something to send, so the sender, not the link,
+	// set the pace (learnLocked).
 	appLimited bool
 }
 
@@ -148,6 +152,7 @@ func (w *sendWindow) acquire(ctx context.Context, size int, qos byte) (stamp, bo
 			w.mu.Unlock()
 			return st, true
 		}
+		w.appLimited = false // the window holds the sender back: samples measure the link
 		wake := w.wake
 		w.mu.Unlock()
 		select {
@@ -156,6 +161,15 @@ func (w *sendWindow) acquire(ctx context.Context, size int, qos byte) (stamp, bo
 			return stamp{}, false
 		}
 	}
+}
+
+// setAppLimited records that the sender waits for something it may send
+// (the picker): until it next waits for room here, what it sends does not
+// fill the window, and the samples of those publishes are app-limited.
+func (w *sendWindow) setAppLimited() {
+	w.mu.Lock()
+	w.appLimited = true
+	w.mu.Unlock()
 }
 
 // add takes room for a publish already on the wire (paho re-sent it on
@@ -172,7 +186,7 @@ func (w *sendWindow) takeLocked(size int, qos byte, now time.Time) stamp {
 	if qos == 2 {
 		w.qos2++
 	}
-	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt, appLimited: 4*w.bytes < 3*w.cwnd}
+	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt, appLimited: w.appLimited}
 }
 
 // release frees the room of a publish complete at now (acknowledged
@@ -205,10 +219,10 @@ func (w *sendWindow) learnLocked(st stamp, now time.Time) {
 	if w.minRTT == 0 {
 		return
 	}
-	// A sample of a publish sent while the window was less than three
-	// quarters full measures what the sender offered, not what the link
-	// carries (BBR's app-limited samples): it may raise the rate, never
-	// lower it. Otherwise a sender that does not fill the window shrinks
+	// A sample of a publish sent while the sender, not the window, set
+	// the pace (it last waited for something to send, not for room)
+	// measures what the sender offered, not what the link carries (BBR's
+	// app-limited samples): it may raise the rate, never lower it. Otherwise a sender that does not fill the window shrinks
 	// it: a live-first backlog held to half the window (lanes.go) carries
 	// one estimated BDP per round trip, less than the link once anything
 	// queues, and each round trip's window was smaller than the last, down

@@ -37,12 +37,20 @@ func (l *simLink) run(t *testing.T, w *sendWindow, d time.Duration) {
 	end := l.now.Add(d)
 	for l.now.Before(end) {
 		for { // send while the window has room
+			// As the sender does: waiting for room in the window clears
+			// app-limited (acquire), waiting for something it may send
+			// sets it (the picker).
 			w.mu.Lock()
 			ok := w.roomLocked(l.size, 1)
+			if !ok {
+				w.appLimited = false
+			}
 			w.mu.Unlock()
 			if ok && l.limit != nil {
 				_, inflight, _, _ := w.snapshot()
-				ok = inflight == 0 || inflight+l.size <= l.limit(w)
+				if ok = inflight == 0 || inflight+l.size <= l.limit(w); !ok {
+					w.setAppLimited()
+				}
 			}
 			if !ok {
 				break
