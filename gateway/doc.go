@@ -27,9 +27,11 @@
 // # Files
 //
 //	server.go      Server, Options, ServeConn, Run, Publish
-//	client.go      one connection: state, close, control lane, buffers
-//	writer.go      the writer: inline flushes, the writer goroutine
-//	reader.go      the reader: read loop, idle wait, read errors
+//	client.go      one connection: state, serve, close
+//	writer.go      the writer: control lane, encoding, inline flushes, the
+//	               writer goroutine, its pooled buffers
+//	reader.go      the reader: read loop, idle wait, read errors, the
+//	               pooled read buffer
 //	connect.go     CONNECT: authentication, limits, will, session, CONNACK
 //	handle.go      every packet after CONNECT; acks, PINGREQ
 //	publish.go     an incoming PUBLISH

@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
@@ -184,4 +188,127 @@ func (c *client) writeRaw(p packet.Packet, v packet.Version) {
 	}
 	c.conn.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
 	c.conn.Write(b)
+}
+
+// connReader is the source of a connection's pooled bufio.Reader. An idle
+// connection waits for its next packet with a one-byte read onto the stack
+// and no pooled buffer; that byte is replayed first (from the pooled
+// rstate) once traffic arrives. On a plain socket (raw != nil) the reader can also make one
+// non-blocking attempt (try): a busy connection refills its buffer with a
+// single read, and only a connection with nothing waiting pays for the wait.
+type connReader struct {
+	conn  net.Conn
+	raw   syscall.RawConn // nil unless conn is a plain socket
+	try   bool            // the next read must not wait: errWouldBlock instead
+	short bool            // the last read got a few bytes, all there were: a quiet connection
+	busy  bool            // the last read filled the buffer: input is waiting (writer.go)
+	idle  [1]byte         // waitIdle's read: a local array escapes, one allocation per idle wait
+	owner *client         // flushes what its reader holds before a read that may wait (writer.go)
+}
+
+// errWouldBlock is what a non-blocking attempt returns when no input waits.
+var errWouldBlock = errors.New("read would block")
+
+// replayReader is what a pooled read buffer reads from: first what the
+// idle wait read (pend), then the connection. It lives in the rstate, so an
+// idle connection pays nothing for it.
+type replayReader struct {
+	pend []byte
+	cr   *connReader
+}
+
+func (r *replayReader) Read(p []byte) (int, error) {
+	if len(r.pend) > 0 && len(p) > 0 {
+		n := copy(p, r.pend)
+		r.pend = r.pend[n:]
+		return n, nil
+	}
+	return r.cr.Read(p)
+}
+
+// Read reads for the pooled buffer. A read that may wait while the reader
+// holds writes (a packet split across reads: the buffer ended mid-packet)
+// first takes what has arrived without waiting and, if the rest is not
+// there yet, flushes what the reader holds (writer.go): the messages it
+// routed to other connections and its own acks must not wait for the rest
+// of this client's packet (a client sending half a packet would otherwise
+// hold up delivery to every subscriber it had just published to).
+func (r *connReader) Read(p []byte) (int, error) {
+	if r.try || len(p) == 0 || r.owner == nil || !r.owner.held {
+		return r.read(p)
+	}
+	if r.raw != nil {
+		r.try = true
+		n, err := r.read(p)
+		r.try = false
+		if err != errWouldBlock {
+			return n, err
+		}
+	}
+	r.owner.flushOwed()
+	n, err := r.read(p)
+	r.owner.hold()
+	return n, err
+}
+
+func (r *connReader) read(p []byte) (int, error) {
+	if !r.try || r.raw == nil || len(p) == 0 {
+		n, err := r.conn.Read(p)
+		r.short = n <= quietReadSize && n < len(p)
+		r.busy = n == len(p) && n > 1
+		return n, err
+	}
+	var n int
+	var err error
+	if rerr := r.raw.Read(func(fd uintptr) bool {
+		n, err = syscall.Read(int(fd), p)
+		return true // never wait: that is the blocking path's job
+	}); rerr != nil {
+		return 0, rerr
+	}
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EINTR:
+		return 0, errWouldBlock
+	case err != nil:
+		return 0, os.NewSyscallError("read", err)
+	case n == 0:
+		return 0, io.EOF
+	}
+	r.short = n <= quietReadSize && n < len(p)
+	r.busy = n == len(p)
+	return n, nil
+}
+
+const readBufSize = 4 << 10
+
+// quietReadSize: a read of at most this many bytes that left the socket
+// empty marks a quiet connection (a sensor's reading or two), which goes
+// straight to its idle wait next time (reader.go refill).
+const quietReadSize = 256
+
+// rstate is what a connection's reader needs only while input flows: the
+// read buffer and the packets decoded in place (about 5.5 KiB together).
+type rstate struct {
+	br   *bufio.Reader
+	sc   packet.Scratch
+	src  replayReader
+	pre  [1]byte   // what the idle wait read (one byte: reader.go waitIdle), replayed first
+	owed []*client // other connections to flush when this input is drained (writer.go)
+}
+
+var rstatePool = sync.Pool{New: func() any { return &rstate{br: bufio.NewReaderSize(nil, readBufSize)} }}
+
+func getRstate(cr *connReader) *rstate {
+	rs := rstatePool.Get().(*rstate)
+	rs.src.cr = cr
+	rs.br.Reset(&rs.src)
+	return rs
+}
+
+func putRstate(rs *rstate) {
+	rs.br.Reset(nil)
+	rs.sc = packet.Scratch{} // drop references to payloads and strings
+	clear(rs.owed)
+	rs.src, rs.owed = replayReader{}, rs.owed[:0]
+	rstatePool.Put(rs)
 }

@@ -28,9 +28,12 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -412,4 +415,193 @@ func (h *keeper) wake(c *client, queued int) {
 		return
 	}
 	c.kick()
+}
+
+// kick tells the writer there may be something to send.
+func (c *client) kick() {
+	c.wmu.Lock()
+	if !c.closed && !c.closing {
+		c.startWriterLocked()
+	}
+	c.wmu.Unlock()
+}
+
+// ctrlItem is one packet on the control lane: either p, or an
+// acknowledgement (PUBACK, PUBREC, PUBREL, PUBCOMP) kept by value so the
+// busiest control packets cost no allocation; the writer encodes those from
+// its pooled scratch.
+type ctrlItem struct {
+	p    packet.Packet
+	ack  packet.Type
+	id   uint16
+	code packet.ReasonCode
+}
+
+// sendCtrl queues a control packet on the lane that is never gated.
+func (c *client) sendCtrl(p packet.Packet) { c.queueCtrl(ctrlItem{p: p}) }
+
+// sendAck queues an acknowledgement of type t for packet id.
+func (c *client) sendAck(t packet.Type, id uint16, code packet.ReasonCode) {
+	c.queueCtrl(ctrlItem{ack: t, id: id, code: code})
+}
+
+// queueCtrlQuiet queues it without starting a writer: the caller kicks
+// once more work is queued behind it. A running writer still sees it.
+func (c *client) queueCtrlQuiet(it ctrlItem) {
+	c.wmu.Lock()
+	if !c.closed && !c.closing {
+		c.ctrl = append(c.ctrl, it)
+		c.dirty = true
+	}
+	c.wmu.Unlock()
+}
+
+func (c *client) queueCtrl(it ctrlItem) {
+	c.wmu.Lock()
+	if !c.closed && !c.closing {
+		c.ctrl = append(c.ctrl, it)
+		c.startWriterLocked()
+	}
+	c.wmu.Unlock()
+}
+
+// errAboveClientMax is appendCtrl's refusal of a control packet larger than
+// the client's v5 Maximum Packet Size: it cannot be sent [MQTT-3.1.2-24],
+// and the exchange cannot go on without it, so the connection is closed.
+var errAboveClientMax = errors.New("control packet above the client's maximum packet size")
+
+// appendCtrl encodes one control-lane item. Only the writer calls it.
+func (c *client) appendCtrl(ws *wstate, buf []byte, it *ctrlItem) ([]byte, error) {
+	p := it.p
+	if p == nil {
+		switch it.ack {
+		case packet.PUBACK:
+			ws.puback = packet.Puback{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.puback
+		case packet.PUBREC:
+			ws.pubrec = packet.Pubrec{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.pubrec
+		case packet.PUBREL:
+			ws.pubrel = packet.Pubrel{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.pubrel
+		default:
+			ws.pubcomp = packet.Pubcomp{PacketID: it.id, ReasonCode: it.code}
+			p = &ws.pubcomp
+		}
+	}
+	if c.maxOut > 0 && packet.Size(p, c.version) > int(c.maxOut) {
+		return buf, fmt.Errorf("%w: %s of %d bytes, maximum %d", errAboveClientMax, p.Type(), packet.Size(p, c.version), c.maxOut)
+	}
+	return packet.Append(buf, p, c.version)
+}
+
+// appendOutgoing encodes one session step. Only the writer calls it.
+func (c *client) appendOutgoing(ws *wstate, buf []byte, o *outgoing) []byte {
+	if o.pubrel {
+		ws.pubrel = packet.Pubrel{PacketID: o.id}
+		b, _ := packet.Append(buf, &ws.pubrel, c.version)
+		return b
+	}
+	m := o.q.msg
+	p := &ws.pub
+	*p = packet.Publish{
+		Dup:      o.dup,
+		QoS:      o.q.qos,
+		Retain:   o.q.retain,
+		Topic:    m.Topic,
+		PacketID: o.id,
+		Payload:  m.Payload,
+	}
+	if c.version == packet.V5 {
+		if m.Props != nil {
+			p.Props = *m.Props
+		}
+		if len(o.q.subIDs) > 0 {
+			p.Props.SubscriptionIDs = o.q.subIDs
+			p.Props.Set(packet.PropSubscriptionID)
+		}
+		if !m.Expiry.IsZero() {
+			left := time.Until(m.Expiry)
+			if left <= 0 {
+				c.dropOutgoing(o)
+				return buf
+			}
+			p.Props.MessageExpiry = uint32((left + time.Second - 1) / time.Second)
+			p.Props.Set(packet.PropMessageExpiry) // remaining time [MQTT-3.3.2-6]
+		}
+		newAlias := false
+		if c.aliasMaxOut > 0 {
+			if a, ok := c.outAliases[m.Topic]; ok {
+				p.Topic = ""
+				p.Props.TopicAlias = a
+				p.Props.Set(packet.PropTopicAlias)
+			} else if len(c.outAliases) < int(c.aliasMaxOut) {
+				p.Props.TopicAlias = uint16(len(c.outAliases) + 1)
+				p.Props.Set(packet.PropTopicAlias)
+				newAlias = true
+			}
+		}
+		// Checked with every property in place, the alias included
+		// [MQTT-3.1.2-24]: a PUBLISH the client cannot take is dropped for
+		// it as if sent (its alias is not recorded: the client never saw it).
+		if c.maxOut > 0 && packet.Size(p, c.version) > int(c.maxOut) {
+			c.dropOutgoing(o)
+			return buf
+		}
+		if newAlias {
+			if c.outAliases == nil {
+				c.outAliases = make(map[string]uint16)
+			}
+			c.outAliases[strings.Clone(m.Topic)] = p.Props.TopicAlias // the topic may share a payload's memory
+		}
+	}
+	b, err := packet.Append(buf, p, c.version)
+	if err != nil {
+		c.logf(slog.LevelError, "encode publish", "topic", m.Topic, "err", err)
+		c.dropOutgoing(o)
+		return buf
+	}
+	c.srv.stats.sent.Add(1)
+	return b
+}
+
+func (c *client) dropOutgoing(o *outgoing) {
+	if o.q.msg.expired(time.Now()) {
+		c.srv.stats.drop(dropExpired)
+	} else {
+		c.srv.stats.drop(dropTooLarge)
+	}
+	if o.id != 0 {
+		c.sess.dropUnsendable(c, o.id)
+		c.kick() // the window moved
+	}
+}
+
+// wstate is what a connection's writer needs only while it runs: the batch
+// buffer, the outgoing PUBLISH it encodes from and the session steps taken.
+type wstate struct {
+	buf     []byte
+	pub     packet.Publish
+	puback  packet.Puback
+	pubrec  packet.Pubrec
+	pubrel  packet.Pubrel
+	pubcomp packet.Pubcomp
+	out     []outgoing
+}
+
+var wstatePool = sync.Pool{New: func() any { return &wstate{buf: make([]byte, 0, 4<<10)} }}
+
+func getWstate() *wstate { return wstatePool.Get().(*wstate) }
+
+func putWstate(ws *wstate) {
+	ws.pub = packet.Publish{}
+	ws.puback, ws.pubrec, ws.pubrel, ws.pubcomp = packet.Puback{}, packet.Pubrec{}, packet.Pubrel{}, packet.Pubcomp{}
+	if cap(ws.buf) > 1<<20 {
+		ws.buf = make([]byte, 0, 4<<10) // let an unusually large batch buffer go
+	}
+	if cap(ws.out) > 4096 {
+		ws.out = nil
+	}
+	ws.buf, ws.out = ws.buf[:0], ws.out[:0]
+	wstatePool.Put(ws)
 }
