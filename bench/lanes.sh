@@ -13,7 +13,7 @@
 #   LANES_LIVE_QOS   the live sensor's QoS (default 2)
 #   LANES_RTT        the link's round trip (default 50ms)
 #   LANES_LINK_RATE  the link's bytes/s each way (default 250000: 2 Mbit/s; 0 = unlimited)
-#   LANES_DURATION   longest drain per run before giving up (default 60s)
+#   LANES_DURATION   longest drain per run before giving up (default 150s)
 #   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,7 @@ RATE=${LANES_RATE:-20}
 LIVE_QOS=${LANES_LIVE_QOS:-2}
 RTT=${LANES_RTT:-50ms}
 LINK_RATE=${LANES_LINK_RATE:-250000}
-DURATION=${LANES_DURATION:-60s}
+DURATION=${LANES_DURATION:-150s}
 MOSQUITTO=${MOSQUITTO:-/usr/sbin/mosquitto}
 PORT_UP=${LANES_PORT_UPSTREAM:-28881}   # the cloud broker
 PORT_GW=${LANES_PORT_GATEWAY:-28882}    # the gateway's local listener
