@@ -273,3 +273,41 @@ func TestMaxFilter(t *testing.T) {
 		t.Fatalf("long after max %v, want 10", got)
 	}
 }
+
+// TestWindowLearnsASlowerLink: once the link gets slower, the window
+// follows it within a few seconds, so the round trip (and live latency,
+// the ack watchdog's view) is again within about twice its floor, also
+// for a live-first backlog held to its share of the window, which the
+// picker waits for (app-limited samples). Before, the backlog's samples
+// were all app-limited: they could not lower the rate, the window stayed
+// at the old link's, and a link 4 times slower queued 6 round trips.
+func TestWindowLearnsASlowerLink(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit func(w *sendWindow) int
+	}{
+		{"fifo", nil},
+		{"live-first backlog", func(w *sendWindow) int { _, b, _ := w.shareOf(0.25); return b }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Unix(1e9, 0)
+			rtt := 50 * time.Millisecond
+			w := newSendWindow(autoMaxCount, 20, true, start)
+			l := &simLink{rate: 1e6, rtt: rtt, size: 100, now: start, free: start, limit: tc.limit}
+			l.run(t, w, 10*time.Second)
+			l.rate /= 4 // the link gets slower: a weaker cellular signal
+			l.run(t, w, 10*time.Second)
+			l.maxQueue = 0
+			l.run(t, w, 2*time.Second)
+			bdp := int(l.rate * rtt.Seconds())
+			_, _, cwnd, _ := w.snapshot()
+			t.Logf("after the link slowed: window %d B, BDP %d B, queue max %s", cwnd, bdp, l.maxQueue)
+			if l.maxQueue > 3*rtt/2 {
+				t.Errorf("bottleneck queue %s, want at most about one round trip (%s)", l.maxQueue, rtt)
+			}
+			if cwnd > 3*bdp {
+				t.Errorf("window %d B, want at most about 2 BDP of the slower link (%d B)", cwnd, 2*bdp)
+			}
+		})
+	}
+}
