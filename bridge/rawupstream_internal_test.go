@@ -8,6 +8,7 @@ package bridge
 
 import (
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -195,4 +196,19 @@ func (u *RawUpstream) serve(c net.Conn) {
 			}
 		}
 	}
+}
+
+// IDsOf returns the packet ids under which a PUBLISH of payload arrived
+// (the last payload each id carried), sorted.
+func (u *RawUpstream) IDsOf(payload string) []uint16 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var ids []uint16
+	for id, pl := range u.byID {
+		if pl == payload {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }

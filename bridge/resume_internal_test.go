@@ -99,3 +99,87 @@ func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
 	connect()
 	testutil.Eventually(t, 10*time.Second, "records 1 and 2 acked once PUBACKed", func() bool { return slices.Equal(acked(), []spool.ID{1, 2, 3, 4}) })
 }
+
+// TestResumedQoS1KeepsItsAlternativeWireID: a QoS 1 publish that took a
+// free wire id because its own was held by a record 65535 apart
+// (pickWireID) is re-sent after a reconnect under that id, by the next
+// paho client (one per connection, as the bridge makes them), and its
+// PUBACK acks its record, not the other.
+func TestResumedQoS1KeepsItsAlternativeWireID(t *testing.T) {
+	up := StartRawUpstream(t, map[string]Withhold{"live": NoPuback, "m7": NoPuback})
+	var (
+		mu   sync.Mutex
+		acks []spool.ID
+	)
+	acked := func() []spool.ID {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(slices.Values(acks))
+	}
+	st := newUplinkStore(func(rec spool.ID) { mu.Lock(); acks = append(acks, rec); mu.Unlock() })
+	lost := make(chan struct{}, 1)
+	connect := func() mqtt.Client {
+		t.Helper()
+		var lastRead atomic.Int64
+		o := mqtt.NewClientOptions().AddBroker(up.URL()).SetClientID("edge-alt").
+			SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetProtocolVersion(4).
+			SetStore(st).SetOrderMatters(true).SetConnectTimeout(5 * time.Second).
+			SetConnectionLostHandler(func(mqtt.Client, error) { lost <- struct{}{} }).
+			SetCustomOpenConnectionFn(func(u *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+				c, err := net.Dial("tcp", u.Host)
+				if err != nil {
+					return nil, err
+				}
+				return &deadlineConn{Conn: c, lastRead: &lastRead, store: st, acks: ackRewriter{st: st},
+					w: newBatchWriter(c, 5*time.Second, func(error) {})}, nil
+			})
+		c := mqtt.NewClient(o)
+		if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("connect: %v", tok.Error())
+		}
+		return c
+	}
+	c := connect()
+	publish := func(rec spool.ID, payload string) uint16 {
+		t.Helper()
+		w, wait := st.pickWire(rec, 1)
+		if wait != nil {
+			t.Fatalf("QoS 1 record %d waits for its wire id", rec)
+		}
+		e := st.announce(rec, w)
+		c.Publish("t", 1, false, payload)
+		if !st.taken(e) {
+			t.Fatalf("paho did not store record %d", rec)
+		}
+		return w
+	}
+	// A live record holds wire id 7; backlog record 7 takes another.
+	live := spool.ID(7 + 65535)
+	if w := publish(live, "live"); w != wireID(7) {
+		t.Fatalf("live record %d went out as %d, want its own id %d", live, w, wireID(7))
+	}
+	alt := publish(7, "m7")
+	if alt == wireID(7) {
+		t.Fatalf("record 7 took id %d, held by record %d", alt, live)
+	}
+	testutil.Eventually(t, 10*time.Second, "both on the wire", func() bool { return len(up.IDsOf("m7")) > 0 && len(up.IDsOf("live")) > 0 })
+
+	up.AnswerEverything()
+	up.Drop()
+	<-lost
+	c.Disconnect(0)
+	c = connect() // a new client, as the bridge makes one per connection
+	defer c.Disconnect(0)
+	testutil.Eventually(t, 10*time.Second, "both records acked after the re-send", func() bool {
+		return slices.Equal(acked(), []spool.ID{7, live})
+	})
+	if ids := up.IDsOf("m7"); !slices.Equal(ids, []uint16{alt}) {
+		t.Fatalf("record 7 went out under ids %v, want only its alternative id %d", ids, alt)
+	}
+	if ids := up.IDsOf("live"); !slices.Equal(ids, []uint16{wireID(7)}) {
+		t.Fatalf("the live record went out under ids %v, want only %d", ids, wireID(7))
+	}
+	if _, dups, _, _ := up.Stats(); dups < 2 {
+		t.Fatalf("%d re-sends (DUP) on the new connection, want both records", dups)
+	}
+}
