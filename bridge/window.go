@@ -124,7 +124,6 @@ type stamp struct {
 	// it has waited for something to send, so the sender, not the link,
 	// set the pace (learnLocked).
 	appLimited bool
-	inflight   int // bytes in flight when it was sent, itself included
 }
 
 // roomLocked reports whether a publish of size bytes at qos fits.
@@ -189,7 +188,7 @@ func (w *sendWindow) takeLocked(size int, qos byte, now time.Time) stamp {
 	if qos == 2 {
 		w.qos2++
 	}
-	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt, appLimited: w.appLimited, inflight: w.bytes}
+	return stamp{size: size, qos: qos, sent: now, acked: w.acked, ackAt: w.ackAt, appLimited: w.appLimited}
 }
 
 // release frees the room of a publish complete at now (acknowledged
@@ -232,22 +231,9 @@ func (w *sendWindow) learnLocked(st stamp, now time.Time) {
 	// to the floor (a 100,000-message backlog drained at 8-10 % of a 2
 	// Mbit/s link, make bench-lanes; a sender that caught up with a quiet
 	// spool did the same).
-	//
-	// Unless the sample shows a queue the sender built: it was sent with
-	// at least the estimated bandwidth-delay product in flight, and its
-	// round trip was more than twice the floor, which the settled window
-	// (2 BDP) does not cause on the link it estimated: the link got
-	// slower, and the sample measures it. A live-first backlog held to
-	// its share waits in the picker for as long as it drains: without
-	// this its window stayed at the old link's for the whole connection
-	// (a link 4 times slower queued 5 round trips;
-	// TestWindowLearnsASlowerLink). A sender with little in flight whose
-	// acks are late (a jittery link) still only raises the rate.
-	queued := now.Sub(st.sent) > 2*w.minRTT &&
-		float64(st.inflight) >= w.rate.get()*w.minRTT.Seconds()
 	if el := now.Sub(st.ackAt); el > 0 {
 		rate := float64(w.acked-st.acked) / el.Seconds()
-		if !st.appLimited || rate >= w.rate.get() || queued {
+		if !st.appLimited || rate >= w.rate.get() {
 			w.rate.update(rate, now, max(rateWindowMin, 10*w.minRTT))
 		}
 	}

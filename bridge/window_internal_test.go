@@ -311,26 +311,3 @@ func TestWindowLearnsASlowerLink(t *testing.T) {
 		})
 	}
 }
-
-// TestWindowHeldToAQuarterLateAcks: a sender that keeps a quarter of the
-// window in flight, whose acks come up to two round trips late (a
-// jittery link, a loaded broker), does not shrink the window either: its
-// round trips are long, but it built no queue (less than one
-// bandwidth-delay product in flight), so its samples still only raise
-// the rate.
-func TestWindowHeldToAQuarterLateAcks(t *testing.T) {
-	start := time.Unix(1e9, 0)
-	rtt := 50 * time.Millisecond
-	w := newSendWindow(autoMaxCount, 20, true, start)
-	l := &simLink{rate: 250e3, rtt: rtt, size: 100, now: start, free: start}
-	l.run(t, w, 40*rtt)
-	l.limit = func(w *sendWindow) int { return w.cwnd / 4 }
-	l.jitter = 2
-	l.run(t, w, 100*rtt)
-	bdp := int(l.rate * rtt.Seconds())
-	_, _, cwnd, _ := w.snapshot()
-	t.Logf("held to 25%% with late acks: window %d B, BDP %d B", cwnd, bdp)
-	if cwnd < bdp {
-		t.Errorf("window %d B fell below one BDP (%d B): late acks of a quarter shrank it", cwnd, bdp)
-	}
-}
