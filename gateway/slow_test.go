@@ -114,11 +114,11 @@ func TestSlowConsumer(t *testing.T) {
 			stuckN := seq - stuckFrom
 			stuckRate := float64(stuckN) / time.Since(start).Seconds()
 			t.Logf("stuck phase slowest publish %s at message %d of %d", slowest, slowestAt-stuckFrom, seq-stuckFrom)
+			// The rates are reported, not asserted (a shared machine makes
+			// any wall-clock bound flaky): that the publisher is never held
+			// by the stuck subscriber is TestStuckSubscriberNeverHoldsThePublisher.
 			t.Logf("baseline %.0f msg/s, with a stuck subscriber %.0f msg/s over %d messages (ratio %.2f)",
 				baseRate, stuckRate, stuckN, stuckRate/baseRate)
-			if stuckRate < baseRate/3 {
-				t.Errorf("publisher slowed down by a stuck subscriber: %.0f msg/s vs baseline %.0f msg/s", stuckRate, baseRate)
-			}
 
 			// Its connection is gone: draining the socket ends in EOF/reset.
 			stuck.hook = func(*rawClient, packet.Packet) bool { return true }
@@ -136,6 +136,54 @@ func TestSlowConsumer(t *testing.T) {
 				st := b.srv.Stats()
 				return st.SessionsConnected == 2 && st.Subscriptions == 1
 			})
+		})
+	}
+}
+
+// TestStuckSubscriberNeverHoldsThePublisher: a subscriber that stops
+// reading, and that the broker will not drop for an hour, does not hold
+// up a publisher on the same topic: the publisher's PUBACKs keep coming
+// for 200 messages of 64 KiB, 12.5 MiB, far more than the stuck socket's
+// buffers hold. A broker that wrote to the subscriber's socket from the
+// publisher's path would stop acknowledging once those buffers filled,
+// until the write timeout: an hour here (field report 001 from the
+// publisher's side).
+func TestStuckSubscriberNeverHoldsThePublisher(t *testing.T) {
+	const payloadSize, n = 64 << 10, 200
+	for _, qos := range []byte{0, 1} {
+		t.Run(fmt.Sprintf("stuck_qos%d", qos), func(t *testing.T) {
+			b := startBroker(t, gateway.Options{
+				AllowAnonymous:    true,
+				WriteTimeout:      time.Hour,
+				MaxInflight:       65535,
+				MaxQueuedMessages: 100000,
+				MaxQueuedBytes:    256 << 20,
+				MemoryBudget:      1 << 30,
+			})
+			stuck := rawDial(t, b.addr, packet.V311)
+			stuck.conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+			conn, _ := packet.Append(nil, &packet.Connect{ProtocolName: "MQTT", Version: packet.V311,
+				ClientID: "stuck", CleanStart: true, KeepAlive: 0}, packet.V311)
+			sub, _ := packet.Append(nil, &packet.Subscribe{PacketID: 1,
+				Subscriptions: []packet.Subscription{{Filter: "slow/t", QoS: qos}}}, packet.V311)
+			if err := stuck.write(append(conn, sub...)); err != nil {
+				t.Fatal(err)
+			}
+			waitSubs(t, b, 1)
+
+			pub, _ := rawConnect(t, b.addr, packet.V311, "pub", true, nil)
+			payload := make([]byte, payloadSize)
+			for i := range n {
+				id := uint16(i + 1)
+				pub.send(&packet.Publish{QoS: 1, PacketID: id, Topic: "slow/t", Payload: payload})
+				if a := expect[*packet.Puback](t, pub, 10*time.Second); a.PacketID != id {
+					t.Fatalf("puback %d, want %d", a.PacketID, id)
+				}
+			}
+			if c := closes(b, "write_timeout"); c != 0 {
+				t.Fatalf("%d write timeouts: the stuck subscriber was dropped, the test proves nothing", c)
+			}
+			t.Logf("%d PUBACKs (%d MiB) with a subscriber that reads nothing", n, n*payloadSize>>20)
 		})
 	}
 }
