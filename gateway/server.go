@@ -22,6 +22,7 @@ type Options struct {
 	MaxPacketSize     int           // bytes, inbound and advertised (v5); 0 = 1 MiB
 	ConnectTimeout    time.Duration // socket open until CONNECT arrives; 0 = 10s
 	WriteTimeout      time.Duration // deadline of every write; 0 = 10s
+	FlowStall         time.Duration // a subscriber whose oldest unacked message is older no longer holds publishers (flow control); 0 = 250ms, at most WriteTimeout
 	MaxInflight       int           // outgoing QoS 1/2 window per session; 0 = 32
 	ReceiveMaximum    int           // v5 inbound window announced and enforced; 0 = MaxInflight
 	MaxQueuedMessages int           // per session; 0 = 1000
@@ -79,6 +80,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
+	}
+	if o.FlowStall <= 0 {
+		o.FlowStall = 250 * time.Millisecond
 	}
 	if o.MaxSessionExpiry <= 0 {
 		o.MaxSessionExpiry = 24 * time.Hour

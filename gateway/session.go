@@ -234,11 +234,12 @@ func (s *session) takeWaiters() []*keep {
 }
 
 // flowStall is how long a message may stay unacknowledged by a subscriber
-// that still counts as keeping up: 250 ms (a LAN client acks in
-// milliseconds), or write_timeout when that is shorter. A subscriber over a
-// slower link gets the plain overflow policy instead of holding publishers.
+// that still counts as keeping up: Options.FlowStall, 250 ms by default (a
+// LAN client acks in milliseconds), or write_timeout when that is shorter.
+// A subscriber over a slower link gets the plain overflow policy instead
+// of holding publishers.
 func (s *session) flowStall() time.Duration {
-	return min(250*time.Millisecond, s.srv.opts.WriteTimeout)
+	return min(s.srv.opts.FlowStall, s.srv.opts.WriteTimeout)
 }
 
 // oldestSent is when the oldest in-flight message was first sent (zero
