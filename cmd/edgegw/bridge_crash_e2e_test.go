@@ -23,11 +23,14 @@ import (
 )
 
 // delayProxy forwards TCP connections to target and delays what comes back
-// from target by a settable time: an uplink with that round trip.
+// from target by a settable time: an uplink with that round trip. It
+// counts the bytes it writes towards target: the uplink's bytes as the
+// network sees them, not the bridge's own count.
 type delayProxy struct {
 	ln     net.Listener
 	target string
 	delay  atomic.Int64 // nanoseconds
+	up     atomic.Int64 // bytes written to target
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -48,9 +51,9 @@ func startDelayProxy(t *testing.T, target string, d time.Duration) *delayProxy {
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
-		cancel()
 		ln.Close()
 		p.mu.Lock()
+		cancel()
 		for _, c := range p.conns {
 			c.Close()
 		}
@@ -75,6 +78,12 @@ func (p *delayProxy) accept() {
 			continue
 		}
 		p.mu.Lock()
+		if p.ctx.Err() != nil { // stopped while this one was accepted
+			p.mu.Unlock()
+			c.Close()
+			u.Close()
+			return
+		}
 		p.conns = append(p.conns, c, u)
 		p.mu.Unlock()
 		p.wg.Add(2)
@@ -108,7 +117,11 @@ func (p *delayProxy) pipe(src, dst net.Conn, delayed bool) {
 					return
 				}
 			}
-			if _, err := dst.Write(c.b); err != nil {
+			n, err := dst.Write(c.b)
+			if !delayed {
+				p.up.Add(int64(n))
+			}
+			if err != nil {
 				return
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,95 +17,6 @@ import (
 	"github.com/edgegw/edgegw/internal/metrics"
 	"github.com/edgegw/edgegw/internal/testutil"
 )
-
-// countingProxy forwards TCP to target and counts the bytes that go from
-// the gateway to the upstream: the uplink's bytes as the network sees
-// them, not the bridge's own count.
-type countingProxy struct {
-	ln     net.Listener
-	target string
-	up     atomic.Int64 // bytes forwarded gateway -> upstream
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
-}
-
-func startCountingProxy(t *testing.T, target string) *countingProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &countingProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *countingProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *countingProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	p.closed = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *countingProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.Close()
-			u.Close()
-			return
-		}
-		p.conns = append(p.conns, c, u)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); p.pipe(c, u, &p.up) }()
-		go func() { defer p.wg.Done(); p.pipe(u, c, nil) }()
-	}
-}
-
-// pipe copies src to dst, adding what it wrote to count; it closes both
-// ends when either side ends.
-func (p *countingProxy) pipe(src, dst net.Conn, count *atomic.Int64) {
-	defer src.Close()
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			w, werr := dst.Write(buf[:n])
-			if count != nil {
-				count.Add(int64(w))
-			}
-			if werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // publishWireSize is the size on the wire of an MQTT 3.1.1 PUBLISH at
 // QoS 1 (fixed header, topic, packet id, payload).
@@ -138,7 +48,7 @@ func TestBinaryBudgetHeld(t *testing.T) {
 	bin := buildEdgegw(t)
 	local, cloud, maddr := freePort(t), freePort(t), freePort(t)
 	startMosquitto(t, cloud, t.TempDir())
-	px := startCountingProxy(t, cloud)
+	px := startDelayProxy(t, cloud, 0) // counts the uplink's bytes
 	cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`
 listeners:
