@@ -96,6 +96,8 @@ limits:
   max_queued_messages: $MAX_QUEUED
   max_queued_bytes: $MAX_QUEUED_BYTES
   memory_budget: $MEMORY_BUDGET
+metrics:
+  address: ""  # no HTTP endpoint: two benchmark runs side by side would fight over its port
 CONF
 
 # The sensor-fleet scenario: each gateway bridges "sensors/#" at QoS 1 to
