@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgegw/edgegw/internal/testutil"
+)
+
+// TestBinaryReadmeFirstRun does what README.md tells a new user to do, to
+// the letter: run edgegw with no config at all, then `mosquitto_sub -t '#'
+// -v` and `mosquitto_pub -t a/b -m hi -q 2` with no host or port. It holds
+// the README's "no config needed: a broker on 127.0.0.1:1883, metrics on
+// http://127.0.0.1:18830", docs/config.md's "no file at all gives a working
+// local broker on 127.0.0.1:1883", and the safe default behind both: with
+// no config, edgegw listens on exactly those two loopback addresses and
+// nothing else (no IPv6, no other port), and writes nothing to disk.
+//
+// Those are fixed ports that anything else on the machine may hold, so the
+// binary runs in a network namespace of its own (unshare --net, as root,
+// which the suite is), and the clients join it with nsenter.
+func TestBinaryReadmeFirstRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs as root (make test does): it runs the binary in a network namespace of its own")
+	}
+	for _, tool := range []string{"unshare", "nsenter", "ip", "mosquitto_pub", "mosquitto_sub"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not installed (make test-deps installs util-linux, iproute2, mosquitto-clients): %v", tool, err)
+		}
+	}
+	bin := buildEdgegw(t)
+	cwd := t.TempDir()
+	// A fresh namespace has only lo, and it is down. The shell execs the
+	// binary (same pid as unshare: unshare without --fork execs too) with
+	// an empty environment, so no EDGEGW_* of the caller's changes a
+	// default, in an empty working directory.
+	g := startEdgegw(t, "unshare", "--net", "--", "sh", "-c",
+		`ip link set lo up && cd "$1" && exec env -i "$0"`, bin, cwd)
+	pid := g.cmd.Process.Pid
+	testutil.Eventually(t, 10*time.Second, "metrics listening logged", func() bool {
+		return strings.Contains(g.logs(), `msg="metrics listening" address=127.0.0.1:18830`)
+	})
+
+	// Exactly two listening sockets in the namespace, both edgegw's.
+	want := []string{"tcp 127.0.0.1:1883", "tcp 127.0.0.1:18830"}
+	if got := listeningSockets(t, pid); !slices.Equal(got, want) {
+		t.Fatalf("with no config edgegw listens on %v, want exactly %v", got, want)
+	}
+
+	// The README's two commands, verbatim, in the namespace.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inNS := func(args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "--"}, args...)...)
+	}
+	sub := inNS("mosquitto_sub", "-t", "#", "-v", "-C", "1", "-W", "20")
+	out, err := sub.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(out)
+		lines <- string(b)
+	}()
+	// Publish until the subscriber, whose SUBSCRIBE we cannot see, prints.
+	var got string
+	deadline := time.After(20 * time.Second)
+publish:
+	for {
+		if b, err := inNS("mosquitto_pub", "-t", "a/b", "-m", "hi", "-q", "2").CombinedOutput(); err != nil {
+			t.Fatalf("mosquitto_pub -t a/b -m hi -q 2: %v\n%s", err, b)
+		}
+		select {
+		case got = <-lines:
+			break publish
+		case <-time.After(300 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("mosquitto_sub -t '#' -v printed nothing")
+		}
+	}
+	sub.Wait()
+	if strings.TrimSpace(got) != "a/b hi" {
+		t.Fatalf("mosquitto_sub -t '#' -v printed %q, want \"a/b hi\"", got)
+	}
+
+	// The metrics address serves what the docs say it serves.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
+			return dialInNetns(pid, network, addr)
+		},
+	}}
+	for _, tc := range []struct{ path, want string }{
+		{"/metrics", "edgegw_messages_received_total"},
+		{"/healthz", "ok"},
+		{"/status.json", `"schema"`},
+		{"/", "<html"},
+	} {
+		resp, err := client.Get("http://127.0.0.1:18830" + tc.path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tc.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), tc.want) {
+			t.Errorf("GET http://127.0.0.1:18830%s: %d, body lacks %q:\n%.300s", tc.path, resp.StatusCode, tc.want, body)
+		}
+	}
+	client.CloseIdleConnections()
+
+	// Without persistence.dir everything is in memory: a clean stop, and
+	// not a byte written where it ran.
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-g.done:
+		g.done <- err
+		if err != nil {
+			t.Fatalf("edgegw exited with %v after SIGTERM", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("edgegw did not stop on SIGTERM")
+	}
+	if ents, err := os.ReadDir(cwd); err != nil || len(ents) != 0 {
+		t.Errorf("edgegw with no config wrote into its working directory: %v %v", ents, err)
+	}
+}
+
+// listeningSockets lists the TCP and UDP sockets listening or bound in
+// pid's network namespace, as "tcp 127.0.0.1:1883", sorted. IPv6 sockets
+// show as "tcp6 [::]:1883".
+func listeningSockets(t *testing.T, pid int) []string {
+	t.Helper()
+	var out []string
+	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, proto))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Scan() // header
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 4 {
+				continue
+			}
+			// TCP: LISTEN is 0A. UDP has no listen: any bound socket counts.
+			if strings.HasPrefix(proto, "tcp") && fields[3] != "0A" {
+				continue
+			}
+			out = append(out, proto+" "+procNetAddr(t, fields[1]))
+		}
+		f.Close()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// procNetAddr turns /proc/net/tcp's "0100007F:075B" (little-endian words)
+// into "127.0.0.1:1883".
+func procNetAddr(t *testing.T, s string) string {
+	t.Helper()
+	hexIP, hexPort, _ := strings.Cut(s, ":")
+	port, err := strconv.ParseUint(hexPort, 16, 16)
+	if err != nil {
+		t.Fatalf("/proc/net address %q: %v", s, err)
+	}
+	ip := make(net.IP, len(hexIP)/2)
+	for i := 0; i < len(hexIP)/8; i++ {
+		w, err := strconv.ParseUint(hexIP[8*i:8*i+8], 16, 32)
+		if err != nil {
+			t.Fatalf("/proc/net address %q: %v", s, err)
+		}
+		for j := range 4 {
+			ip[4*i+j] = byte(w >> (8 * j))
+		}
+	}
+	return net.JoinHostPort(ip.String(), strconv.FormatUint(port, 10))
+}
+
+// dialInNetns dials addr from inside pid's network namespace: a socket
+// belongs to the namespace of the thread that creates it, so the dial runs
+// on a thread locked to a goroutine that joins the namespace and is never
+// unlocked (the runtime then ends the thread instead of reusing it).
+func dialInNetns(pid int, network, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			res <- result{nil, err}
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			res <- result{nil, fmt.Errorf("setns: %w", err)}
+			return
+		}
+		c, err := net.DialTimeout(network, addr, 5*time.Second)
+		res <- result{c, err}
+	}()
+	r := <-res
+	return r.c, r.err
+}
