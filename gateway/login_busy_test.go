@@ -1,0 +1,117 @@
+package gateway_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/gateway/auth"
+	"github.com/edgegw/edgegw/gateway/packet"
+)
+
+// TestLoginFloodAnsweredServerBusy holds docs/security.md's "while a flood
+// from that address lasts, its logins wait in the same queue (up to 30 s,
+// then "server busy", CONNACK 3 / 0x89), whatever its password", on the
+// wire: after failed logins have raised the address's penalty to its 5 s
+// cap, attempts queue up 5 s apart; once the queue is past 30 s, a new
+// attempt is answered at once with server busy, v5 and 3.1.1 alike, even
+// with the right password.
+//
+// It takes about 7 s: the seven failures that reach the cap wait 0.1 s,
+// 0.2 s, ... 3.2 s in the tarpit, on the real clock.
+func TestLoginFloodAnsweredServerBusy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the tarpit's schedule (about 7 s)")
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(path, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := &auth.Files{PasswordFile: path}
+	if err := files.Load(); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, gateway.Options{Authenticator: files, Authorizer: files})
+	attempt := func(v packet.Version, pw string) *rawClient {
+		rc := rawDial(t, b.addr, v)
+		rc.send(&packet.Connect{ProtocolName: "MQTT", Version: v, ClientID: "", CleanStart: true, KeepAlive: 30,
+			UsernameFlag: true, Username: "alice", PasswordFlag: true, Password: []byte(pw)})
+		rc.start()
+		return rc
+	}
+	connack := func(rc *rawClient, d time.Duration) (packet.ReasonCode, bool) {
+		p, err := rc.nextErr(d)
+		if err != nil {
+			return 0, false
+		}
+		ack, ok := p.(*packet.Connack)
+		if !ok {
+			t.Fatalf("first packet %T, want CONNACK", p)
+		}
+		return ack.ReasonCode, true
+	}
+
+	// Seven failures, one after the other: the penalty doubles from 100 ms
+	// to its 5 s cap.
+	for i := range 7 {
+		rc := attempt(packet.V311, "wrong")
+		code, ok := connack(rc, 20*time.Second)
+		rc.close()
+		if !ok || code != packet.V3RefusedBadUsernameOrPassword {
+			t.Fatalf("failure %d: CONNACK %v (answered %v), want bad user name or password", i+1, code, ok)
+		}
+	}
+
+	// Attempts now queue 5 s apart. Open them until one is answered at
+	// once: the queue holds six (30 s), so the seventh or so is busy. One
+	// that is queued says nothing for its 5 s or more; this loop waits
+	// 300 ms on each to tell the two apart, and keeps the queued ones open.
+	var queued []*rawClient
+	defer func() {
+		for _, rc := range queued {
+			rc.close()
+		}
+	}()
+	busyAt := -1
+	for i := 0; i < 20 && busyAt < 0; i++ {
+		rc := attempt(packet.V5, "wrong")
+		queued = append(queued, rc)
+		if code, ok := connack(rc, 300*time.Millisecond); ok {
+			if code != packet.ServerBusy {
+				t.Fatalf("attempt %d in the flood: CONNACK %v, want 0x89 server busy or a wait", i+1, code)
+			}
+			busyAt = i
+		}
+	}
+	if busyAt < 0 {
+		t.Fatal("20 attempts queued and none was answered server busy")
+	}
+	if busyAt < 5 {
+		t.Errorf("server busy after %d queued attempts, want the queue to hold 30 s (six 5 s slots)", busyAt)
+	}
+
+	// While the queue is full: busy at once, whatever the version or password.
+	for _, tc := range []struct {
+		v    packet.Version
+		pw   string
+		want packet.ReasonCode
+	}{
+		{packet.V311, "right", packet.V3RefusedServerUnavailable},
+		{packet.V5, "right", packet.ServerBusy},
+	} {
+		rc := attempt(tc.v, tc.pw)
+		code, ok := connack(rc, 2*time.Second)
+		rc.close()
+		if !ok || code != tc.want {
+			t.Errorf("%v with the right password during the flood: CONNACK %v (answered %v), want %v", tc.v, code, ok, tc.want)
+		}
+	}
+}
