@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -129,7 +128,13 @@ func (c *client) refill() error {
 func (c *client) waitIdle() error {
 	b := c.cr.idle[:]
 	for {
-		n, err := c.conn.Read(b)
+		var n int
+		var err error
+		if c.cr.raw != nil {
+			n, err = rawRead(c.cr.raw, b, true)
+		} else {
+			n, err = c.conn.Read(b)
+		}
 		if n > 0 {
 			c.rs = getRstate(&c.cr)
 			c.rs.src.pend = c.rs.pre[:copy(c.rs.pre[:], b[:n])]
@@ -252,30 +257,18 @@ func (r *connReader) Read(p []byte) (int, error) {
 }
 
 func (r *connReader) read(p []byte) (int, error) {
-	if !r.try || r.raw == nil || len(p) == 0 {
+	if r.raw == nil || len(p) == 0 {
 		n, err := r.conn.Read(p)
 		r.short = n <= quietReadSize && n < len(p)
 		r.busy = n == len(p) && n > 1
 		return n, err
 	}
-	var n int
-	var err error
-	if rerr := r.raw.Read(func(fd uintptr) bool {
-		n, err = syscall.Read(int(fd), p)
-		return true // never wait: that is the blocking path's job
-	}); rerr != nil {
-		return 0, rerr
-	}
-	switch {
-	case err == syscall.EAGAIN || err == syscall.EINTR:
-		return 0, errWouldBlock
-	case err != nil:
-		return 0, os.NewSyscallError("read", err)
-	case n == 0:
-		return 0, io.EOF
+	n, err := rawRead(r.raw, p, !r.try)
+	if err != nil {
+		return 0, err
 	}
 	r.short = n <= quietReadSize && n < len(p)
-	r.busy = n == len(p)
+	r.busy = n == len(p) && n > 1
 	return n, nil
 }
 

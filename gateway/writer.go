@@ -31,10 +31,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
@@ -271,25 +269,7 @@ func (c *client) tryWrite(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	var n int
-	var werr error
-	if err := c.cr.raw.Control(func(fd uintptr) {
-		for {
-			n, werr = syscall.Write(int(fd), b)
-			if werr != syscall.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return 0, err
-	}
-	switch {
-	case werr == syscall.EAGAIN:
-		return 0, nil
-	case werr != nil:
-		return 0, os.NewSyscallError("write", werr)
-	}
-	return n, nil
+	return rawWrite(c.cr.raw, b)
 }
 
 // hold is called by the reader before it handles input: kicks for its own
