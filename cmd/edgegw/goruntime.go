@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/edgegw/edgegw/internal/config"
+	"github.com/edgegw/edgegw/internal/procs"
 )
 
 // runtimeSettings is what applyRuntime set. A zero value means the
@@ -48,4 +52,27 @@ func applyRuntime(l config.Limits, getenv func(string) string, knobs runtimeKnob
 		rs.Env += " GOMEMLIMIT"
 	}
 	return rs
+}
+
+// governProcs runs the procs Governor (one processor while the gateway is
+// nearly idle, all under load) unless GOMAXPROCS in the environment fixed
+// the count. It returns what the starting log line shows ("1..4", or the
+// fixed count with "GOMAXPROCS") and a func that stops the Governor and
+// waits until it has.
+func governProcs(ctx context.Context, getenv func(string) string) (procsShown string, stop func()) {
+	if v := getenv("GOMAXPROCS"); v != "" {
+		return fmt.Sprintf("%d (GOMAXPROCS)", runtime.GOMAXPROCS(0)), func() {}
+	}
+	p := procs.DefaultPolicy()
+	if p.Max <= 1 {
+		return "1", func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g := procs.New(p, runtime.GOMAXPROCS)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(ctx)
+	}()
+	return fmt.Sprintf("1..%d", p.Max), func() { cancel(); <-done }
 }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgegw/edgegw/internal/testutil"
+)
+
+// TestBinaryIdleOnOneProcessor: the shipped binary runs its Go code on one
+// processor while it is nearly idle (internal/procs: at sensor rates the
+// second processor only adds thread wakeups), says so in its starting
+// line, and leaves a GOMAXPROCS from the environment alone. The raise
+// under load is internal/procs' TestGovernorFollowsRealLoad.
+func TestBinaryIdleOnOneProcessor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildEdgegw(t)
+	for _, tc := range []struct {
+		env       string
+		procs     float64
+		logsProcs string
+	}{
+		{"", 1, `procs=1..`},
+		{"GOMAXPROCS=2", 2, `procs="2 (GOMAXPROCS)"`},
+	} {
+		t.Run(fmt.Sprintf("env=%q", tc.env), func(t *testing.T) {
+			addr, maddr := freePort(t), freePort(t)
+			cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
+			os.WriteFile(cfg, []byte(fmt.Sprintf(`
+log: {level: info}
+listeners:
+  - {name: lan, type: tcp, address: "%s"}
+metrics: {address: "%s"}
+`, addr, maddr)), 0o600)
+			t.Setenv("GOMAXPROCS", "")
+			if tc.env != "" {
+				k, v, _ := strings.Cut(tc.env, "=")
+				t.Setenv(k, v)
+			}
+			g := startEdgegw(t, bin, "--config", cfg)
+			testutil.Eventually(t, 10*time.Second, "listener", func() bool {
+				c, err := net.Dial("tcp", addr)
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			})
+			testutil.Eventually(t, 10*time.Second, fmt.Sprintf("go_sched_gomaxprocs_threads %v", tc.procs), func() bool {
+				return metricValue(t, maddr, "go_sched_gomaxprocs_threads") == tc.procs
+			})
+			if !strings.Contains(g.logs(), tc.logsProcs) {
+				t.Fatalf("starting line without %s:\n%s", tc.logsProcs, g.logs())
+			}
+		})
+	}
+}
