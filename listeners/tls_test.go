@@ -185,6 +185,24 @@ func TestTLSPaho(t *testing.T) {
 	}); err == nil {
 		t.Error("client without the CA connected")
 	}
+
+	// TLS 1.2 minimum (docs/listeners.md), on the wire: a client that
+	// offers at most TLS 1.1 fails its handshake, one that offers 1.2 only
+	// completes it.
+	for _, tc := range []struct {
+		max uint16
+		ok  bool
+	}{{tls.VersionTLS11, false}, {tls.VersionTLS12, true}} {
+		cfg := p.clientTLS()
+		cfg.MinVersion, cfg.MaxVersion = tls.VersionTLS10, tc.max
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", strings.TrimPrefix(tlsURL, "tls://"), cfg)
+		if err == nil {
+			c.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("client offering at most TLS %x: handshake error %v, want success %v", tc.max, err, tc.ok)
+		}
+	}
 }
 
 // TestMTLS: with client_ca, a client without a certificate is refused, one
