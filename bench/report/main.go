@@ -120,8 +120,8 @@ func figuresFor(scenario string) []figure {
 			{"broker CPU per delivered msg", "µs", false, cpuPerMsg},
 			{"broker wakeups", "/s", false, wakeups},
 		}
-	case scenario == "sensors":
-		return []figure{
+	case scenario == "sensors", scenario == "sensors-local":
+		figs := []figure{
 			{"delivered to the local subscriber", "msg/s", true, func(r *record) (float64, bool) { return r.Gen.MsgPerS, r.Gen.Received > 0 }},
 			{"lost locally + upstream", "msgs", false, func(r *record) (float64, bool) { return float64(r.Gen.Lost + r.Gen.UpLost), r.Gen.Sent > 0 }},
 			{"broker CPU", "% of a core", false, cpuPct},
@@ -133,6 +133,10 @@ func figuresFor(scenario string) []figure {
 			{"latency through the bridge p50", "µs", false, func(r *record) (float64, bool) { return r.Gen.UpLatP50us, r.Gen.UpReceived > 0 }},
 			{"latency through the bridge p99", "µs", false, func(r *record) (float64, bool) { return r.Gen.UpLatP99us, r.Gen.UpReceived > 0 }},
 		}
+		if scenario == "sensors-local" {
+			return figs[:len(figs)-2] // no bridge
+		}
+		return figs
 	case scenario == "idle":
 		return []figure{
 			{"connections established", "", true, func(r *record) (float64, bool) { return float64(r.Gen.Established), true }},
@@ -288,7 +292,7 @@ func line(r *record) string {
 			g.Sent, g.SendPerS, g.Cycles, mib(r.RSSBefore), mib(r.RSSPeak), mib(r.RSSEnd))
 	case "bidir-qos2":
 		s = fmt.Sprintf("pass %v in %.2fs", g.Pass != nil && *g.Pass, g.ElapsedS)
-	case "sensors":
+	case "sensors", "sensors-local":
 		pct, _ := cpuPct(r)
 		wk, _ := wakeups(r)
 		us, _ := cpuPerMsg(r)
