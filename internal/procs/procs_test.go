@@ -18,8 +18,23 @@ type recorder struct{ calls []int }
 
 func (r *recorder) set(n int) int { r.calls = append(r.calls, n); return 0 }
 
+// testPolicy is the shipped policy (DefaultPolicy) on a 4-processor
+// machine, so the policy tests check what docs/config.md promises.
 func testPolicy() Policy {
-	return Policy{Max: 4, RaiseAt: 0.5, LowerAt: 0.25, Quiet: 2 * time.Second, Every: 100 * time.Millisecond}
+	p := DefaultPolicy()
+	p.Max = 4
+	return p
+}
+
+// TestDefaultPolicyIsDocumented: docs/config.md says the gateway samples
+// its CPU time every 100 ms, takes all processors (GOMAXPROCS as the
+// runtime chose it) once a sample uses half a core, and goes back to one
+// after 2 s below a quarter of one.
+func TestDefaultPolicyIsDocumented(t *testing.T) {
+	want := Policy{Max: runtime.GOMAXPROCS(0), RaiseAt: 0.5, LowerAt: 0.25, Quiet: 2 * time.Second, Every: 100 * time.Millisecond}
+	if got := DefaultPolicy(); got != want {
+		t.Fatalf("DefaultPolicy %+v; docs/config.md says %+v", got, want)
+	}
 }
 
 // TestGovernorPolicy drives the decision with samples: one processor from
