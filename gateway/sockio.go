@@ -14,9 +14,9 @@ package gateway
 // not know. Waiting for input stays with the poller (RawConn.Read calls
 // the op again once the socket is readable, and keeps the deadline).
 //
-// The race detector does not see the kernel's side of these calls (the
-// syscall package annotates its own): the buffers handed over here are
-// owned by the calling goroutine for the call's duration.
+// The race detector does not see the kernel's side of these calls; the
+// syscall package annotates its own, and sockio_race.go does the same
+// here: a read writes the bytes it took, a write reads its buffer.
 
 import (
 	"io"
@@ -84,6 +84,9 @@ func (o *sockOp) readVia(raw syscall.RawConn, p []byte, wait bool) (int, error) 
 	err := raw.Read(o.readFn)
 	n, errno := o.n, o.errno
 	o.p = nil
+	if err == nil && errno == 0 {
+		raceRead(p, n)
+	}
 	switch {
 	case err != nil:
 		return 0, err
@@ -107,6 +110,7 @@ func rawWrite(raw syscall.RawConn, p []byte) (int, error) {
 }
 
 func (o *sockOp) writeVia(raw syscall.RawConn, p []byte) (int, error) {
+	raceWrite(p)
 	o.p = p
 	err := raw.Control(o.writeFn)
 	n, errno := o.n, o.errno
