@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 
 	"github.com/edgegw/edgegw/internal/config"
 	"github.com/edgegw/edgegw/internal/procs"
@@ -60,7 +61,9 @@ func applyRuntime(l config.Limits, getenv func(string) string, knobs runtimeKnob
 // fixed count with "GOMAXPROCS") and a func that stops the Governor and
 // waits until it has.
 func governProcs(ctx context.Context, getenv func(string) string) (procsShown string, stop func()) {
-	if v := getenv("GOMAXPROCS"); v != "" {
+	// The runtime ignores a GOMAXPROCS that is not a positive number (and
+	// chooses itself), so the Governor does too.
+	if n, err := strconv.Atoi(getenv("GOMAXPROCS")); err == nil && n > 0 {
 		return fmt.Sprintf("%d (GOMAXPROCS)", runtime.GOMAXPROCS(0)), func() {}
 	}
 	p := procs.DefaultPolicy()
@@ -68,7 +71,7 @@ func governProcs(ctx context.Context, getenv func(string) string) (procsShown st
 		return "1", func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	g := procs.New(p, runtime.GOMAXPROCS)
+	g := procs.New(p, procs.Runtime())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -29,6 +29,7 @@ func TestBinaryIdleOnOneProcessor(t *testing.T) {
 	}{
 		{"", 1, `procs=1..`},
 		{"GOMAXPROCS=2", 2, `procs="2 (GOMAXPROCS)"`},
+		{"GOMAXPROCS=abc", 1, `procs=1..`}, // the runtime ignores it, so does the Governor
 	} {
 		t.Run(fmt.Sprintf("env=%q", tc.env), func(t *testing.T) {
 			addr, maddr := freePort(t), freePort(t)
@@ -53,6 +54,10 @@ metrics: {address: "%s"}
 				return err == nil
 			})
 			testutil.Eventually(t, 10*time.Second, fmt.Sprintf("go_sched_gomaxprocs_threads %v", tc.procs), func() bool {
+				// A scrape costs the binary about 1 ms of CPU: scraping
+				// every 5 ms would be the load that keeps it off one
+				// processor.
+				time.Sleep(200 * time.Millisecond)
 				return metricValue(t, maddr, "go_sched_gomaxprocs_threads") == tc.procs
 			})
 			if !strings.Contains(g.logs(), tc.logsProcs) {

@@ -21,9 +21,9 @@ import (
 
 // Policy is when the Governor changes GOMAXPROCS.
 type Policy struct {
-	Max     int           // processors under load (GOMAXPROCS as the runtime chose it)
-	RaiseAt float64       // on one processor, raise to Max once a sample uses this many cores
-	LowerAt float64       // on Max, lower to one once every sample for Quiet uses less
+	Max     int           // GOMAXPROCS as the runtime chose it at start; ≤ 1: nothing to govern
+	RaiseAt float64       // on one processor, give the runtime its choice back once a sample uses this many cores
+	LowerAt float64       // above one, go back to one once every sample for Quiet uses less
 	Quiet   time.Duration // how long the load must stay below LowerAt
 	Every   time.Duration // sampling interval
 }
@@ -36,27 +36,46 @@ func DefaultPolicy() Policy {
 	return Policy{Max: runtime.GOMAXPROCS(0), RaiseAt: 0.5, LowerAt: 0.25, Quiet: 2 * time.Second, Every: 100 * time.Millisecond}
 }
 
+// Setter changes GOMAXPROCS; Runtime is the real one, tests pass their own.
+type Setter struct {
+	One func()     // run on one processor
+	All func() int // the runtime's own choice again; returns it
+}
+
+// Runtime sets the process's GOMAXPROCS. All hands the count back to the
+// runtime (runtime.SetDefaultGOMAXPROCS) rather than setting the number it
+// chose at start: setting any number stops the runtime from following the
+// CPUs the process may use (CPU affinity, a cgroup quota changed at run
+// time, a board taking a hot core offline), and under load it must follow
+// them as it would without the Governor.
+func Runtime() Setter {
+	return Setter{
+		One: func() { runtime.GOMAXPROCS(1) },
+		All: func() int { runtime.SetDefaultGOMAXPROCS(); return runtime.GOMAXPROCS(0) },
+	}
+}
+
 // Governor applies a Policy. Step is the decision; Run samples the
 // process's CPU time and calls it.
 type Governor struct {
 	p     Policy
-	set   func(int) int // runtime.GOMAXPROCS
+	set   Setter
 	cur   int
-	quiet time.Duration // how long the load has been below LowerAt on Max
+	quiet time.Duration // how long the load has been below LowerAt above one
 }
 
-// New returns a Governor that starts on one processor. set is
-// runtime.GOMAXPROCS (tests pass their own).
-func New(p Policy, set func(int) int) *Governor {
+// New returns a Governor that starts on one processor (unless p.Max ≤ 1:
+// then it never touches GOMAXPROCS).
+func New(p Policy, set Setter) *Governor {
 	g := &Governor{p: p, set: set, cur: p.Max}
 	if p.Max > 1 {
 		g.cur = 1
-		set(1)
+		set.One()
 	}
 	return g
 }
 
-// Procs is the GOMAXPROCS the Governor last set.
+// Procs is the GOMAXPROCS the Governor last set or was handed back.
 func (g *Governor) Procs() int { return g.cur }
 
 // Step takes one sample: cpu used over elapsed wall time.
@@ -67,13 +86,12 @@ func (g *Governor) Step(cpu, elapsed time.Duration) {
 	load := float64(cpu) / float64(elapsed)
 	switch {
 	case g.cur == 1 && load >= g.p.RaiseAt:
-		g.cur, g.quiet = g.p.Max, 0
-		g.set(g.cur)
+		g.cur, g.quiet = g.set.All(), 0
 	case g.cur > 1 && load < g.p.LowerAt:
 		g.quiet += elapsed
 		if g.quiet >= g.p.Quiet {
 			g.cur, g.quiet = 1, 0
-			g.set(1)
+			g.set.One()
 		}
 	case g.cur > 1:
 		g.quiet = 0
@@ -81,12 +99,12 @@ func (g *Governor) Step(cpu, elapsed time.Duration) {
 }
 
 // Run samples the process's CPU time every p.Every until ctx ends, then
-// gives the runtime its Max back.
+// hands the count back to the runtime.
 func (g *Governor) Run(ctx context.Context) {
 	if g.p.Max <= 1 {
 		return
 	}
-	defer g.set(g.p.Max)
+	defer g.set.All()
 	t := time.NewTicker(g.p.Every)
 	defer t.Stop()
 	lastCPU, lastAt := processCPU(), time.Now()

@@ -2,21 +2,34 @@ package procs
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// recorder stands in for runtime.GOMAXPROCS in the policy tests.
-type recorder struct{ calls []int }
+// recorder stands in for the runtime in the policy tests: One records 1,
+// All records and returns max.
+type recorder struct {
+	max   int
+	calls []int
+}
 
-func (r *recorder) set(n int) int { r.calls = append(r.calls, n); return 0 }
+func (r *recorder) setter() Setter {
+	return Setter{
+		One: func() { r.calls = append(r.calls, 1) },
+		All: func() int { r.calls = append(r.calls, r.max); return r.max },
+	}
+}
 
 // testPolicy is the shipped policy (DefaultPolicy) on a 4-processor
 // machine, so the policy tests check what docs/config.md promises.
@@ -44,8 +57,8 @@ func TestDefaultPolicyIsDocumented(t *testing.T) {
 func TestGovernorPolicy(t *testing.T) {
 	const tick = 100 * time.Millisecond
 	load := func(cores float64) time.Duration { return time.Duration(cores * float64(tick)) }
-	r := &recorder{}
-	g := New(testPolicy(), r.set)
+	r := &recorder{max: 4}
+	g := New(testPolicy(), r.setter())
 	if g.Procs() != 1 || len(r.calls) != 1 || r.calls[0] != 1 {
 		t.Fatalf("start: procs %d, calls %v; want 1, [1]", g.Procs(), r.calls)
 	}
@@ -92,10 +105,10 @@ func TestGovernorPolicy(t *testing.T) {
 // TestGovernorOneProcessorMachine: with one processor there is nothing to
 // decide and GOMAXPROCS is never touched.
 func TestGovernorOneProcessorMachine(t *testing.T) {
-	r := &recorder{}
+	r := &recorder{max: 1}
 	p := testPolicy()
 	p.Max = 1
-	g := New(p, r.set)
+	g := New(p, r.setter())
 	g.Step(time.Second, 100*time.Millisecond)
 	g.Run(context.Background()) // returns at once
 	if len(r.calls) != 0 || g.Procs() != 1 {
@@ -116,7 +129,7 @@ func TestGovernorFollowsRealLoad(t *testing.T) {
 	// The thresholds are TestGovernorPolicy's; this one tests the
 	// measuring and the setting, on a machine other tests share.
 	p.RaiseAt, p.LowerAt, p.Quiet = 0.2, 0.1, 300*time.Millisecond
-	g := New(p, runtime.GOMAXPROCS)
+	g := New(p, Runtime())
 	// Checked before Run samples: on a loaded machine its first sample may
 	// already raise it.
 	if runtime.GOMAXPROCS(0) != 1 {
@@ -147,4 +160,49 @@ func TestGovernorFollowsRealLoad(t *testing.T) {
 	if got := runtime.GOMAXPROCS(0); got != before {
 		t.Fatalf("GOMAXPROCS %d after Run ended; want %d back", got, before)
 	}
+}
+
+// TestGovernorLeavesTheRuntimeFollowingTheCPUs: once raised, the count is
+// the runtime's own again, so it follows the CPUs the process may use (a
+// board taking a core offline, an affinity or cgroup change) as it would
+// without the Governor. Setting a number instead (what the first version
+// did) pins it: a process pinned to one CPU kept 2. In a child process:
+// the test pins every thread of its process.
+func TestGovernorLeavesTheRuntimeFollowingTheCPUs(t *testing.T) {
+	if os.Getenv("PROCS_PIN_CHILD") == "1" {
+		pinnedChild(t)
+		return
+	}
+	if runtime.NumCPU() < 2 {
+		t.Fatalf("%d CPU: this test needs a machine with 2", runtime.NumCPU())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGovernorLeavesTheRuntimeFollowingTheCPUs$", "-test.v")
+	cmd.Env = append(os.Environ(), "PROCS_PIN_CHILD=1", "GOMAXPROCS=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func pinnedChild(t *testing.T) {
+	g := New(DefaultPolicy(), Runtime())
+	g.Step(time.Second, time.Second) // a busy second: all processors
+	if n := runtime.GOMAXPROCS(0); n < 2 {
+		t.Fatalf("GOMAXPROCS %d after a busy sample; want the runtime's %d", n, runtime.NumCPU())
+	}
+	var one unix.CPUSet
+	one.Set(0)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		if err := unix.SchedSetaffinity(tid, &one); err != nil {
+			t.Fatalf("pin thread %d: %v", tid, err)
+		}
+	}
+	// The runtime looks at the CPUs it may use once a second.
+	testutil.Eventually(t, 10*time.Second, "GOMAXPROCS to follow the process onto one CPU",
+		func() bool { return runtime.GOMAXPROCS(0) == 1 })
 }
