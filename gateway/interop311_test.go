@@ -141,7 +141,7 @@ func TestInterop311Basic(t *testing.T) {
 	t.Run("second CONNECT", func(t *testing.T) {
 		rc, _ := rawConnect(t, b.addr, packet.V311, "myclientid", true, nil)
 		rc.send(&packet.Connect{ProtocolName: "MQTT", Version: packet.V311, ClientID: "myclientid", CleanStart: true})
-		rc.expectClose(10 * time.Second) // [MQTT-3.1.0-2] (3.1.1)
+		rc.expectClose(10 * time.Second) // [MQTT-3.1.0-2](3.1.1)
 	})
 	t.Run("protocol name hj", func(t *testing.T) {
 		rc := rawDial(t, b.addr, packet.V311)
@@ -149,7 +149,7 @@ func TestInterop311Basic(t *testing.T) {
 		rc.send(&packet.Connect{ProtocolName: "hj", Version: packet.V311, ClientID: "myclientid", CleanStart: true})
 		for _, p := range rc.expectClose(10 * time.Second) {
 			if ack, ok := p.(*packet.Connack); ok && ack.ReasonCode == 0 {
-				t.Fatalf("CONNACK accepted a CONNECT with protocol name hj") // [MQTT-3.1.2-1] (3.1.1)
+				t.Fatalf("CONNACK accepted a CONNECT with protocol name hj") // [MQTT-3.1.2-1](3.1.1)
 			}
 		}
 	})
@@ -167,7 +167,7 @@ func TestInterop311RetainedMessages(t *testing.T) {
 	var in inbox
 	c, present := interopConnect(t, b.addr, "myclientid", true, nil)
 	if present {
-		t.Fatal("clean session: session present 1") // [MQTT-3.2.2-1] (3.1.1)
+		t.Fatal("clean session: session present 1") // [MQTT-3.2.2-1](3.1.1)
 	}
 	for qos, topic := range retained {
 		waitTok(t, c.Publish(topic, byte(qos), true, "qos "+string(rune('0'+qos))), "publish retained")
@@ -180,7 +180,7 @@ func TestInterop311RetainedMessages(t *testing.T) {
 	}
 	for _, m := range got {
 		qos := byte(slices.Index(retained, m.topic))
-		if !m.retained || m.qos != qos { // [MQTT-3.3.1-8] (3.1.1)
+		if !m.retained || m.qos != qos { // [MQTT-3.3.1-8](3.1.1)
 			t.Fatalf("got %+v, want retained at QoS %d", m, qos)
 		}
 	}
@@ -192,7 +192,7 @@ func TestInterop311RetainedMessages(t *testing.T) {
 		t.Fatal("clean session: session present 1")
 	}
 	for qos, topic := range retained {
-		waitTok(t, c.Publish(topic, byte(qos), true, []byte{}), "clear retained") // [MQTT-3.3.1-10] (3.1.1)
+		waitTok(t, c.Publish(topic, byte(qos), true, []byte{}), "clear retained") // [MQTT-3.3.1-10](3.1.1)
 	}
 	waitTok(t, c.Subscribe(suiteWild[5], 2, after.handle), "subscribe +/+")
 	publishMarker(t, b.addr)
@@ -214,7 +214,7 @@ func TestInterop311WillMessage(t *testing.T) {
 		cp.KeepAlive = 2
 		cp.Will = &packet.Will{Topic: suiteTopics[2], Payload: []byte("client not disconnected")}
 	})
-	a.close() // [MQTT-3.1.2-8] (3.1.1)
+	a.close() // [MQTT-3.1.2-8](3.1.1)
 	testutil.Eventually(t, 10*time.Second, "the will", func() bool { return len(in.all()) == 1 })
 	if m := in.all()[0]; m.payload != "client not disconnected" {
 		t.Fatalf("got %+v", m)
@@ -230,12 +230,12 @@ func TestInterop311ZeroLengthClientID(t *testing.T) {
 	rc.start()
 	rc.send(&packet.Connect{ProtocolName: "MQTT", Version: packet.V311, CleanStart: false, KeepAlive: 60})
 	ack := expect[*packet.Connack](t, rc, 10*time.Second)
-	if ack.ReasonCode != packet.V3RefusedIdentifierRejected { // [MQTT-3.1.3-8] (3.1.1)
+	if ack.ReasonCode != packet.V3RefusedIdentifierRejected { // [MQTT-3.1.3-8](3.1.1)
 		t.Fatalf("empty id, clean session 0: CONNACK %v, want 2 (identifier rejected)", ack.ReasonCode)
 	}
-	rc.expectClose(10 * time.Second) // [MQTT-3.2.2-5] (3.1.1)
+	rc.expectClose(10 * time.Second) // [MQTT-3.2.2-5](3.1.1)
 
-	c, present := interopConnect(t, b.addr, "", true, nil) // [MQTT-3.1.3-6] (3.1.1)
+	c, present := interopConnect(t, b.addr, "", true, nil) // [MQTT-3.1.3-6](3.1.1)
 	if present {
 		t.Fatal("session present 1 for an empty client id")
 	}
@@ -266,7 +266,7 @@ func TestInterop311OfflineMessageQueueing(t *testing.T) {
 
 	var in inbox
 	_, present = interopConnect(t, b.addr, "myclientid", false, &in)
-	if !present { // [MQTT-3.2.2-2] (3.1.1)
+	if !present { // [MQTT-3.2.2-2](3.1.1)
 		t.Fatal("persistent session resumed with session present 0")
 	}
 	publishMarker(t, b.addr)
@@ -311,7 +311,7 @@ func TestInterop311OverlappingSubscriptions(t *testing.T) {
 	}
 	qos = qos[:len(qos)-1]
 	slices.Sort(qos)
-	if !slices.Equal(qos, []byte{2}) && !slices.Equal(qos, []byte{1, 2}) { // [MQTT-3.3.5-1] (3.1.1)
+	if !slices.Equal(qos, []byte{2}) && !slices.Equal(qos, []byte{1, 2}) { // [MQTT-3.3.5-1](3.1.1)
 		t.Fatalf("TopicA/C arrived at QoS %v, want once at QoS 2 or at QoS 2 and QoS 1", qos)
 	}
 }
@@ -329,7 +329,7 @@ func TestInterop311Keepalive(t *testing.T) {
 		cp.KeepAlive = 1
 		cp.Will = &packet.Will{Topic: suiteTopics[4], Payload: []byte("keepalive expiry")}
 	})
-	a.expectClose(10 * time.Second) // [MQTT-3.1.2-24] (3.1.1)
+	a.expectClose(10 * time.Second) // [MQTT-3.1.2-24](3.1.1)
 	testutil.Eventually(t, 10*time.Second, "the will", func() bool { return len(in.all()) == 1 })
 	if m := in.all()[0]; m.payload != "keepalive expiry" {
 		t.Fatalf("got %+v", m)
@@ -372,7 +372,7 @@ func TestInterop311RedeliveryOnReconnect(t *testing.T) {
 	for len(got) < 2 || !released {
 		switch p := c.next(10 * time.Second).(type) {
 		case *packet.Publish:
-			if !p.Dup { // [MQTT-4.4.0-1] (3.1.1)
+			if !p.Dup { // [MQTT-4.4.0-1](3.1.1)
 				t.Fatalf("resent %q without DUP", p.Topic)
 			}
 			got[p.Topic] = p
@@ -398,7 +398,7 @@ func TestInterop311DollarTopics(t *testing.T) {
 	waitTok(t, c.Subscribe(suiteWild[5], 2, in.handle), "subscribe +/+")
 	waitTok(t, c.Publish("$"+suiteTopics[1], 1, false, []byte{}), "publish $TopicA/B")
 	publishMarker(t, b.addr)
-	if got := in.untilMarker(t); len(got) != 0 { // [MQTT-4.7.2-1] (3.1.1)
+	if got := in.untilMarker(t); len(got) != 0 { // [MQTT-4.7.2-1](3.1.1)
 		t.Fatalf("+/+ got %+v", got)
 	}
 }
@@ -423,7 +423,7 @@ func TestInterop311Unsubscribe(t *testing.T) {
 	for _, m := range in.untilMarker(t) {
 		topics = append(topics, m.topic)
 	}
-	if !slices.Equal(topics, suiteTopics[1:3]) { // [MQTT-3.10.4-1] (3.1.1)
+	if !slices.Equal(topics, suiteTopics[1:3]) { // [MQTT-3.10.4-1](3.1.1)
 		t.Fatalf("got %q, want %q", topics, suiteTopics[1:3])
 	}
 }
@@ -474,7 +474,7 @@ func TestInterop311SubscribeFailure(t *testing.T) {
 	b := suiteACLBroker(t)
 	c, _ := rawConnect(t, b.addr, packet.V311, "myclientid", true, nil)
 	codes := c.subscribeCodes(1, packet.Subscription{Filter: suiteNoSubscribe, QoS: 2})
-	if !slices.Equal(codes, []packet.ReasonCode{packet.V3SubackFailure}) { // [MQTT-3.9.3-2] (3.1.1)
+	if !slices.Equal(codes, []packet.ReasonCode{packet.V3SubackFailure}) { // [MQTT-3.9.3-2](3.1.1)
 		t.Fatalf("SUBACK %v, want [0x80]", codes)
 	}
 	codes = c.subscribeCodes(2,

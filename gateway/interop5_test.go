@@ -336,7 +336,7 @@ func TestInterop5SubscribeFailure(t *testing.T) {
 	b := suiteACLBroker(t)
 	c, _ := v5conn(t, b, "subscribe failure", true, nil)
 	codes := c.subscribeCodes(1, packet.Subscription{Filter: suiteNoSubscribe, QoS: 2})
-	if !slices.Equal(codes, []packet.ReasonCode{packet.NotAuthorized}) { // [MQTT-3.9.3-1]
+	if !slices.Equal(codes, []packet.ReasonCode{packet.NotAuthorized}) { // 5.0 §3.9.3
 		t.Fatalf("SUBACK %v, want [0x87]", codes)
 	}
 }
@@ -433,7 +433,7 @@ func TestInterop5SessionExpiry(t *testing.T) {
 	ctl.disconnect()
 	testutil.Eventually(t, 10*time.Second, "the control session expired", func() bool { return b.srv.Stats().Expired == expired+1 })
 	c, ack = v5conn(t, b, id, false, withExpiry(1))
-	if !ack.SessionPresent { // [MQTT-3.14.2-2] may change a non-zero expiry
+	if !ack.SessionPresent { // 5.0 §3.14.2.2.2: a DISCONNECT may change a non-zero expiry
 		t.Fatal("session expiry set to 3600 on DISCONNECT: session gone after 1 s")
 	}
 	// DISCONNECT sets it to 0: gone at once.
@@ -615,7 +615,7 @@ func TestInterop5SubscribeIdentifiers(t *testing.T) {
 		t.Fatalf("b got %d messages, want 1", len(got))
 	}
 	ids := slices.Sorted(slices.Values(got[0].Props.SubscriptionIDs))
-	if !slices.Equal(ids, []uint32{2, 3}) { // [MQTT-3.3.4-5]
+	if !slices.Equal(ids, []uint32{2, 3}) { // [MQTT-3.3.4-3]
 		t.Fatalf("b: subscription identifiers %v, want 2 and 3", ids)
 	}
 }
@@ -684,7 +684,7 @@ func TestInterop5ClientTopicAlias(t *testing.T) {
 		t.Fatalf("got %q, want topic alias 3 (the subscription kept)", p.Payload)
 	}
 	a.send(&packet.Publish{Topic: "", QoS: 1, PacketID: 2, Props: aliasProps(1), Payload: []byte("topic alias 4")})
-	if got := a.expectClose(10 * time.Second); len(got) != 1 || got[0].(*packet.Disconnect).ReasonCode != packet.ProtocolError { // [MQTT-3.3.2-12] aliases end with the connection
+	if got := a.expectClose(10 * time.Second); len(got) != 1 || got[0].(*packet.Disconnect).ReasonCode != packet.ProtocolError { // [MQTT-3.3.2-7] aliases end with the connection
 		t.Fatalf("alias from the last connection: got %v, want DISCONNECT 0x82", types(got))
 	}
 }
@@ -857,7 +857,7 @@ func TestInterop5WillDelay(t *testing.T) {
 		delay, expiry uint32
 	}{
 		{"delay 1 expiry 3600", 1, 3600},
-		{"delay 3600 expiry 0", 3600, 0}, // [MQTT-3.1.3-9] the session ends first
+		{"delay 3600 expiry 0", 3600, 0}, // 5.0 §3.1.3.2.2: the session ends first
 		{"delay 3600 expiry 1", 3600, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -912,7 +912,7 @@ func TestInterop5SharedSubscriptions(t *testing.T) {
 			}
 		}
 	}
-	if shares != 1 { // [MQTT-4.8.2-4]
+	if shares != 1 { // 5.0 §4.8.2
 		t.Fatalf("the shared message reached %d members, want 1", shares)
 	}
 }
