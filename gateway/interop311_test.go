@@ -253,7 +253,7 @@ func TestInterop311OfflineMessageQueueing(t *testing.T) {
 	a, _ := interopConnect(t, b.addr, "myclientid", false, nil)
 	waitTok(t, a.Subscribe(suiteWild[5], 2, nil), "subscribe +/+")
 	a.Disconnect(50)
-	testutil.Eventually(t, 10*time.Second, "myclientid offline", func() bool { return b.srv.Stats().Connections == 0 })
+	testutil.Eventually(t, 10*time.Second, "myclientid offline", func() bool { _, d := sessions(b); return d == 1 })
 
 	p, present := interopConnect(t, b.addr, "myclientid2", true, nil)
 	if present {

@@ -241,6 +241,7 @@ func TestInterop5OfflineMessageQueueing(t *testing.T) {
 	o, _ := v5conn(t, b, "offline message queueing", true, withExpiry(99999))
 	o.subscribe(1, packet.Properties{}, packet.Subscription{Filter: suiteWild[5], QoS: 2}, markerSub)
 	o.disconnect()
+	testutil.Eventually(t, 10*time.Second, "the session offline", func() bool { _, d := sessions(b); return d == 1 })
 	p, _ := v5conn(t, b, "bclient", true, nil)
 	for qos, topic := range suiteTopics[1:4] {
 		p.publishQoS(uint16(qos+1), &packet.Publish{Topic: topic, QoS: byte(qos), Payload: []byte("offline")})
@@ -502,6 +503,7 @@ func TestInterop5PublicationExpiry(t *testing.T) {
 	sub, _ := v5conn(t, b, "bclient", true, withExpiry(99999))
 	sub.subscribe(1, packet.Properties{}, packet.Subscription{Filter: suiteTopics[0], QoS: 2}, markerSub)
 	sub.disconnect()
+	testutil.Eventually(t, 10*time.Second, "the session offline", func() bool { _, d := sessions(b); return d == 1 })
 	a, _ := v5conn(t, b, "aclient", true, nil)
 	expiry := func(secs uint32) packet.Properties {
 		var p packet.Properties
@@ -892,7 +894,8 @@ func TestInterop5SharedSubscriptions(t *testing.T) {
 	}
 	cs[1].publishQoS(1, &packet.Publish{Topic: suiteTopics[0], Payload: []byte("message 0")})
 	cs[1].publishQoS(2, &packet.Publish{Topic: pubTopic, Payload: []byte("message 0")})
-	v5Marker(t, b)
+	// The marker from the same connection: routed after its QoS 0 messages.
+	cs[1].publishQoS(3, &packet.Publish{Topic: interopMarker, QoS: 1})
 	shares := 0
 	for _, c := range cs {
 		var topics []string
