@@ -116,7 +116,7 @@ func (f *Files) CanPublish(username, clientID, topic string) bool {
 	if r == nil || r.acl == nil {
 		return true
 	}
-	return r.acl.allowed(username, clientID, topic, accessWrite, false)
+	return r.acl.allowed(username, clientID, topic, accessWrite)
 }
 
 // CanRead reports whether a message on topic may be delivered to the
@@ -129,17 +129,19 @@ func (f *Files) CanRead(username, clientID, topic string) bool {
 	if r == nil || r.acl == nil {
 		return true
 	}
-	return r.acl.allowed(username, clientID, topic, accessRead, false)
+	return r.acl.allowed(username, clientID, topic, accessRead)
 }
 
-// CanSubscribe reports whether the client may subscribe to filter: every
-// topic the filter can match must be readable.
+// CanSubscribe reports whether the client may subscribe to filter: a read
+// rule must cover every topic the filter can match, and no deny rule may
+// cover the filter. Denied topics a wider filter also reaches are
+// withheld from it per delivered message (CanRead).
 func (f *Files) CanSubscribe(username, clientID, filter string) bool {
 	r := f.cur.Load()
 	if r == nil || r.acl == nil {
 		return true
 	}
-	return r.acl.allowed(username, clientID, filter, accessRead, true)
+	return r.acl.allowed(username, clientID, filter, accessRead)
 }
 
 // ReadPasswordFile parses "user:hash" lines; blank lines and # comments are

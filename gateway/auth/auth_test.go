@@ -114,7 +114,9 @@ pattern read users/%u/inbox
 		"alice writes sensors":         {"alice", "c1", "sensors/t", false, true},
 		"alice subscribes sensors/+":   {"alice", "c1", "sensors/+", true, true},
 		"alice denied secret":          {"alice", "c1", "sensors/secret/k", false, false},
-		"alice sub # reaches secret":   {"alice", "c1", "sensors/#", true, false},
+		"alice sub sensors/# granted":  {"alice", "c1", "sensors/#", true, true}, // its secret topics are withheld per message
+		"alice sub inside the deny":    {"alice", "c1", "sensors/secret/#", true, false},
+		"alice sub one denied topic":   {"alice", "c1", "sensors/secret/k", true, false},
 		"alice write-only cmd":         {"alice", "c1", "cmd/alice", false, true},
 		"alice cannot read cmd":        {"alice", "c1", "cmd/alice", true, false},
 		"pattern client id":            {"bob", "dev9", "devices/dev9/state", false, true},
@@ -194,7 +196,9 @@ pattern read users/%u/inbox
 		"alice may subscribe shared/+/x":          {"sub", "alice", "a1", "shared/+/x", true},
 		"alice reads shared/public/x":             {"read", "alice", "a1", "shared/public/x", true},
 		"alice does not read shared/secret/x":     {"read", "alice", "a1", "shared/secret/x", false},
-		"alice may not subscribe shared/#":        {"sub", "alice", "a1", "shared/#", false},
+		"alice may subscribe shared/#":            {"sub", "alice", "a1", "shared/#", true}, // shared/secret/... withheld per message
+		"alice may not subscribe shared/secret/#": {"sub", "alice", "a1", "shared/secret/#", false},
+		"alice may not subscribe shared/secret/+": {"sub", "alice", "a1", "shared/secret/+", false},
 		"anonymous reads $SYS":                    {"read", "", "x", "$SYS/broker/uptime", true},
 		"anonymous writes nothing":                {"pub", "", "x", "$SYS/broker/uptime", false},
 		"bob reads no $SYS (rules are per user)":  {"read", "bob", "x", "$SYS/broker/uptime", false},
