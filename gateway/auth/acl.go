@@ -115,8 +115,8 @@ func (a *acl) allowed(username, clientID, name string, want access) bool {
 	// A deny rule refuses a subscription that lies inside it. A wider one
 	// that also reaches denied topics ("#" next to "deny secret/#") is
 	// granted: the check of every delivered message withholds those
-	// topics (gateway, security.md). mosquitto and EMQX grant it too, so
-	// an ACL written for them behaves the same, a dashboard on "#" works,
+	// topics (gateway, security.md). mosquitto (2.0, acl_file) grants it
+	// too, so an ACL written for it behaves the same, a dashboard on "#" works,
 	// and the Paho interoperability suite's ACL ("#" and one denied
 	// topic) serves all its scenarios in one run.
 	check := func(filter string, acc access) bool {
