@@ -4,13 +4,10 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
+
+	"github.com/edgegw/edgegw/bench/internal/reportcli"
 )
 
 // record is one line of drain.sh's raw output.
@@ -40,59 +37,12 @@ type record struct {
 }
 
 func main() {
-	in := flag.String("in", "", "raw results (JSON lines)")
-	md := flag.String("md", "", "write the markdown table here")
-	latest := flag.String("latest", "", "and a copy here")
-	title := flag.String("title", "edgegw drain benchmark", "table title")
-	oneLine := flag.Bool("line", false, "summarise the one record on stdin")
-	flag.Parse()
-	if *oneLine {
-		var r record
-		if err := json.NewDecoder(os.Stdin).Decode(&r); err != nil {
-			fmt.Fprintln(os.Stderr, "drain-report:", err)
-			os.Exit(1)
-		}
-		fmt.Println("   " + line(r))
-		return
-	}
-	recs, err := read(*in)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "drain-report:", err)
-		os.Exit(1)
-	}
-	var b strings.Builder
-	table(&b, *title, recs)
-	for _, p := range []string{*md, *latest} {
-		if p == "" {
-			continue
-		}
-		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "drain-report:", err)
-			os.Exit(1)
-		}
-	}
-	if *md == "" {
-		fmt.Print(b.String())
-	}
-}
-
-func read(path string) ([]record, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var recs []record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var r record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs, sc.Err()
+	reportcli.Tool[record]{
+		Name:  "drain-report",
+		Title: "edgegw drain benchmark",
+		Line:  func(r *record) string { return "   " + line(*r) },
+		Table: table,
+	}.Main()
 }
 
 func line(r record) string {

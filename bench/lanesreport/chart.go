@@ -2,96 +2,28 @@ package main
 
 // The chart: per scenario a column of two panels over time, live latency
 // (log scale) above, backlog left below, fifo and live-first overlaid.
-// Drawn pixel by pixel with image/png and a 3x5 digit font, like
-// bench/report's latest.png.
+// Drawn pixel by pixel with bench/internal/pngdraw, like bench/report's
+// latest.png.
 
 import (
 	"fmt"
 	"image"
-	"image/color"
-	"image/png"
 	"math"
-	"os"
+
+	"github.com/edgegw/edgegw/bench/internal/pngdraw"
 )
 
+// The modes' colours.
 var (
-	colFIFO = color.RGBA{0xff, 0x7f, 0x0e, 0xff}
-	colLive = color.RGBA{0x1f, 0x77, 0xb4, 0xff}
-	colAxis = color.RGBA{0x40, 0x40, 0x40, 0xff}
-	colGrid = color.RGBA{0xe0, 0xe0, 0xe0, 0xff}
-	colText = color.RGBA{0x10, 0x10, 0x10, 0xff}
+	colFIFO = pngdraw.Orange
+	colLive = pngdraw.Blue
 )
-
-// glyphs is a 3x5 bitmap font for axis numbers.
-var glyphs = map[rune][5]string{
-	'0': {"###", "#.#", "#.#", "#.#", "###"}, '1': {".#.", "##.", ".#.", ".#.", "###"},
-	'2': {"###", "..#", "###", "#..", "###"}, '3': {"###", "..#", "###", "..#", "###"},
-	'4': {"#.#", "#.#", "###", "..#", "..#"}, '5': {"###", "#..", "###", "..#", "###"},
-	'6': {"###", "#..", "###", "#.#", "###"}, '7': {"###", "..#", "..#", "..#", "..#"},
-	'8': {"###", "#.#", "###", "#.#", "###"}, '9': {"###", "#.#", "###", "..#", "###"},
-	'.': {"...", "...", "...", "...", ".#."}, 'k': {"#..", "#.#", "##.", "#.#", "#.#"},
-	's': {"...", ".##", ".#.", "..#", "##."},
-}
-
-func fillRect(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
-	for y := y0; y < y1; y++ {
-		for x := x0; x < x1; x++ {
-			img.Set(x, y, c)
-		}
-	}
-}
-
-func drawText(img *image.RGBA, x, y, scale int, s string) {
-	for _, ch := range s {
-		if g, ok := glyphs[ch]; ok {
-			for row := range 5 {
-				for col := range 3 {
-					if g[row][col] == '#' {
-						fillRect(img, x+col*scale, y+row*scale, x+(col+1)*scale, y+(row+1)*scale, colText)
-					}
-				}
-			}
-		}
-		x += 4 * scale
-	}
-}
-
-// drawLine draws a 2-pixel wide segment (Bresenham).
-func drawLine(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := sign(x1-x0), sign(y1-y0)
-	err := dx + dy
-	for {
-		fillRect(img, x0, y0, x0+2, y0+2, c)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		if e2 := 2 * err; e2 >= dy {
-			err += dy
-			x0 += sx
-		} else {
-			err += dx
-			y0 += sy
-		}
-	}
-}
-
-func abs(v int) int { return max(v, -v) }
-func sign(v int) int {
-	switch {
-	case v > 0:
-		return 1
-	case v < 0:
-		return -1
-	}
-	return 0
-}
 
 type panel struct{ x0, y0, x1, y1 int }
 
 func (p panel) frame(img *image.RGBA) {
-	fillRect(img, p.x0, p.y1, p.x1, p.y1+2, colAxis)
-	fillRect(img, p.x0-2, p.y0, p.x0, p.y1+2, colAxis)
+	pngdraw.Fill(img, p.x0, p.y1, p.x1, p.y1+2, pngdraw.Axis)
+	pngdraw.Fill(img, p.x0-2, p.y0, p.x0, p.y1+2, pngdraw.Axis)
 }
 
 func chart(path string, recs []record) error {
@@ -116,8 +48,7 @@ func chart(path string, recs []record) error {
 	}
 	const colW, h, left, gap = 560, 620, 70, 30
 	w := left + len(scenarios)*colW
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	fillRect(img, 0, 0, w, h, color.White)
+	img := pngdraw.New(w, h)
 	tickEvery := 10.0
 	for tmax/tickEvery > 12 {
 		tickEvery *= 2
@@ -139,9 +70,9 @@ func chart(path string, recs []record) error {
 			label string
 		}{{0.01, "0.01"}, {0.1, "0.1"}, {1, "1"}, {10, "10"}, {100, "100s"}} {
 			y := yLat(s.v)
-			fillRect(img, lat.x0, y, lat.x1, y+1, colGrid)
+			pngdraw.Fill(img, lat.x0, y, lat.x1, y+1, pngdraw.Grid)
 			if i == 0 {
-				drawText(img, 4, y-5, 2, s.label)
+				pngdraw.Text(img, 4, y-5, 2, s.label)
 			}
 		}
 		var backlog int64 = 1
@@ -154,17 +85,17 @@ func chart(path string, recs []record) error {
 		for _, f := range []float64{0, 0.25, 0.5, 0.75, 1} {
 			n := int64(f * float64(backlog))
 			y := yBl(n)
-			fillRect(img, bl.x0, y, bl.x1, y+1, colGrid)
+			pngdraw.Fill(img, bl.x0, y, bl.x1, y+1, pngdraw.Grid)
 			if i == 0 {
-				drawText(img, 4, y-5, 2, fmt.Sprintf("%dk", n/1000))
+				pngdraw.Text(img, 4, y-5, 2, fmt.Sprintf("%dk", n/1000))
 			}
 		}
 		for t := 0.0; t <= tmax; t += tickEvery {
 			for _, p := range []panel{lat, bl} {
 				x := xOf(p, t)
-				fillRect(img, x, p.y1, x+1, p.y1+6, colAxis)
+				pngdraw.Fill(img, x, p.y1, x+1, p.y1+6, pngdraw.Axis)
 			}
-			drawText(img, xOf(bl, t)-4, bl.y1+12, 2, fmt.Sprintf("%.0f", t))
+			pngdraw.Text(img, xOf(bl, t)-4, bl.y1+12, 2, fmt.Sprintf("%.0f", t))
 		}
 		lat.frame(img)
 		bl.frame(img)
@@ -182,13 +113,13 @@ func chart(path string, recs []record) error {
 				if pt.LiveN > 0 {
 					y := yLat(pt.LiveMaxMs / 1e3)
 					if px >= 0 {
-						drawLine(img, px, py, x, y, c)
+						pngdraw.Line(img, px, py, x, y, c)
 					}
 					px, py = x, y
 				}
 				y := yBl(pt.BacklogLeft)
 				if pbx >= 0 {
-					drawLine(img, pbx, pby, x, y, c)
+					pngdraw.Line(img, pbx, pby, x, y, c)
 				}
 				pbx, pby = x, y
 			}
@@ -197,17 +128,9 @@ func chart(path string, recs []record) error {
 				// bridge's connection, the alarm's time at the link's), as
 				// high as its latency.
 				x := xOf(lat, a-r.Gen.ReconnectS)
-				fillRect(img, x, yLat(r.Gen.AlarmLatMs/1e3), x+4, lat.y1, c)
+				pngdraw.Fill(img, x, yLat(r.Gen.AlarmLatMs/1e3), x+4, lat.y1, c)
 			}
 		}
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return pngdraw.Save(path, img)
 }

@@ -5,13 +5,11 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
+
+	"github.com/edgegw/edgegw/bench/internal/reportcli"
 )
 
 // point is one step of a run's time series (edgegw-bench SeriesPoint).
@@ -74,68 +72,14 @@ type record struct {
 }
 
 func main() {
-	in := flag.String("in", "", "raw results (JSON lines)")
-	md := flag.String("md", "", "write the markdown table here")
-	latest := flag.String("latest", "", "and a copy here")
-	pngOut := flag.String("png", "", "write the chart here")
 	pngName := flag.String("png-name", "", "the chart's file name to link from the markdown")
-	title := flag.String("title", "edgegw lanes benchmark", "table title")
-	oneLine := flag.Bool("line", false, "summarise the one record on stdin")
-	flag.Parse()
-	if *oneLine {
-		var r record
-		if err := json.NewDecoder(bufio.NewReaderSize(os.Stdin, 1<<20)).Decode(&r); err != nil {
-			fail(err)
-		}
-		fmt.Println("   " + line(r))
-		return
-	}
-	recs, err := read(*in)
-	if err != nil {
-		fail(err)
-	}
-	var b strings.Builder
-	table(&b, *title, recs, *pngName)
-	for _, p := range []string{*md, *latest} {
-		if p == "" {
-			continue
-		}
-		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-			fail(err)
-		}
-	}
-	if *md == "" {
-		fmt.Print(b.String())
-	}
-	if *pngOut != "" {
-		if err := chart(*pngOut, recs); err != nil {
-			fail(fmt.Errorf("chart: %w", err))
-		}
-	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "lanes-report:", err)
-	os.Exit(1)
-}
-
-func read(path string) ([]record, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var recs []record
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 16<<20), 16<<20) // a record carries its time series
-	for sc.Scan() {
-		var r record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs, sc.Err()
+	reportcli.Tool[record]{
+		Name:  "lanes-report",
+		Title: "edgegw lanes benchmark",
+		Line:  func(r *record) string { return "   " + line(*r) },
+		Table: func(w io.Writer, title string, recs []record) { table(w, title, recs, *pngName) },
+		Chart: chart,
+	}.Main()
 }
 
 // drained says how the drain ended: its time, or what was left.

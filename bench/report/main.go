@@ -5,17 +5,13 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"flag"
 	"fmt"
-	"image"
-	"image/color"
-	"image/png"
 	"io"
 	"math"
-	"os"
 	"strings"
+
+	"github.com/edgegw/edgegw/bench/internal/pngdraw"
+	"github.com/edgegw/edgegw/bench/internal/reportcli"
 )
 
 type gen struct {
@@ -185,23 +181,6 @@ func format(v float64) string {
 	}
 }
 
-func readRecords(r io.Reader) ([]record, error) {
-	var out []record
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		var rec record
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return nil, fmt.Errorf("bad record %q: %w", sc.Text(), err)
-		}
-		out = append(out, rec)
-	}
-	return out, sc.Err()
-}
-
 // table groups records by scenario (in first-seen order) and broker.
 type table struct {
 	scenarios []string
@@ -306,104 +285,27 @@ func line(r *record) string {
 }
 
 func main() {
-	in := flag.String("in", "", "raw results (JSON lines)")
-	md := flag.String("md", "", "write the markdown table here")
-	latest := flag.String("latest", "", "and a copy here")
-	pngOut := flag.String("png", "", "write the chart here")
-	title := flag.String("title", "edgegw benchmark", "table title")
-	oneLine := flag.Bool("line", false, "summarise the one record on stdin")
-	flag.Parse()
-	if *oneLine {
-		recs, err := readRecords(os.Stdin)
-		if err != nil || len(recs) == 0 {
-			fmt.Println("(no result)")
-			return
-		}
-		fmt.Println(line(&recs[0]))
-		return
-	}
-	f, err := os.Open(*in)
-	if err != nil {
-		fail(err)
-	}
-	recs, err := readRecords(f)
-	f.Close()
-	if err != nil {
-		fail(err)
-	}
-	t := newTable(recs)
-	var sb strings.Builder
-	t.markdown(&sb, *title)
-	for _, p := range []string{*md, *latest} {
-		if p != "" {
-			if err := os.WriteFile(p, []byte(sb.String()), 0o644); err != nil {
-				fail(err)
-			}
-		}
-	}
-	if *md == "" && *latest == "" {
-		fmt.Print(sb.String())
-	}
-	if *pngOut != "" {
-		if err := t.chart(*pngOut); err != nil {
-			fail(err)
-		}
-	}
+	reportcli.Tool[record]{
+		Name:     "report",
+		Title:    "edgegw benchmark",
+		Line:     line,
+		NoRecord: "(no result)",
+		Table:    func(w io.Writer, title string, recs []record) { newTable(recs).markdown(w, title) },
+		Chart:    func(path string, recs []record) error { return newTable(recs).chart(path) },
+	}.Main()
 }
 
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "report:", err)
-	os.Exit(1)
-}
+// Chart: two panels of bar pairs, drawn with bench/internal/pngdraw.
 
-// Chart: two panels of bar pairs, drawn with image/png and a 3x5 digit font.
-
+// Bar colours: edgegw blue, mosquitto orange.
 var (
-	colEdge = color.RGBA{0x1f, 0x77, 0xb4, 0xff}
-	colMosq = color.RGBA{0xff, 0x7f, 0x0e, 0xff}
-	colAxis = color.RGBA{0x40, 0x40, 0x40, 0xff}
-	colText = color.RGBA{0x10, 0x10, 0x10, 0xff}
+	colEdge = pngdraw.Blue
+	colMosq = pngdraw.Orange
 )
-
-// glyphs is a 3x5 bitmap font for the characters ratios need.
-var glyphs = map[rune][5]string{
-	'0': {"###", "#.#", "#.#", "#.#", "###"}, '1': {".#.", "##.", ".#.", ".#.", "###"},
-	'2': {"###", "..#", "###", "#..", "###"}, '3': {"###", "..#", "###", "..#", "###"},
-	'4': {"#.#", "#.#", "###", "..#", "..#"}, '5': {"###", "#..", "###", "..#", "###"},
-	'6': {"###", "#..", "###", "#.#", "###"}, '7': {"###", "..#", "..#", "..#", "..#"},
-	'8': {"###", "#.#", "###", "#.#", "###"}, '9': {"###", "#.#", "###", "..#", "###"},
-	'.': {"...", "...", "...", "...", ".#."}, 'x': {"...", "#.#", ".#.", "#.#", "..."},
-	'-': {"...", "...", "###", "...", "..."},
-}
-
-func fillRect(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
-	for y := y0; y < y1; y++ {
-		for x := x0; x < x1; x++ {
-			img.Set(x, y, c)
-		}
-	}
-}
-
-func drawText(img *image.RGBA, x, y, scale int, s string) {
-	for _, ch := range s {
-		g, ok := glyphs[ch]
-		if ok {
-			for row := 0; row < 5; row++ {
-				for col := 0; col < 3; col++ {
-					if g[row][col] == '#' {
-						fillRect(img, x+col*scale, y+row*scale, x+(col+1)*scale, y+(row+1)*scale, colText)
-					}
-				}
-			}
-		}
-		x += 4 * scale
-	}
-}
 
 func (t *table) chart(path string) error {
 	const w, h, top, bottom, pad = 1000, 360, 40, 320, 30
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	fillRect(img, 0, 0, w, h, color.White)
+	img := pngdraw.New(w, h)
 	type pair struct{ e, m float64 }
 	var left, right []pair
 	thr := figure{get: func(r *record) (float64, bool) { return r.Gen.MsgPerS, r.Gen.Received > 0 }}
@@ -427,8 +329,8 @@ func (t *table) chart(path string) error {
 		}
 	}
 	panel := func(x0, x1 int, ps []pair) {
-		fillRect(img, x0, bottom, x1, bottom+2, colAxis)
-		fillRect(img, x0, top, x0+2, bottom, colAxis)
+		pngdraw.Fill(img, x0, bottom, x1, bottom+2, pngdraw.Axis)
+		pngdraw.Fill(img, x0, top, x0+2, bottom, pngdraw.Axis)
 		if len(ps) == 0 {
 			return
 		}
@@ -442,24 +344,16 @@ func (t *table) chart(path string) error {
 			x := x0 + pad + i*slot
 			he := int(float64(bottom-top-30) * p.e / mx)
 			hm := int(float64(bottom-top-30) * p.m / mx)
-			fillRect(img, x, bottom-he, x+bw, bottom, colEdge)
-			fillRect(img, x+bw, bottom-hm, x+2*bw, bottom, colMosq)
+			pngdraw.Fill(img, x, bottom-he, x+bw, bottom, colEdge)
+			pngdraw.Fill(img, x+bw, bottom-hm, x+2*bw, bottom, colMosq)
 			if p.m > 0 {
-				drawText(img, x, top-10, 3, fmt.Sprintf("%.2fx", p.e/p.m))
+				pngdraw.Text(img, x, top-10, 3, fmt.Sprintf("%.2fx", p.e/p.m))
 			}
 		}
 	}
 	panel(10, w/2-10, left)
 	panel(w/2+10, w-10, right)
-	fillRect(img, 10, h-25, 25, h-10, colEdge)
-	fillRect(img, 40, h-25, 55, h-10, colMosq)
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	pngdraw.Fill(img, 10, h-25, 25, h-10, colEdge)
+	pngdraw.Fill(img, 40, h-25, 55, h-10, colMosq)
+	return pngdraw.Save(path, img)
 }
