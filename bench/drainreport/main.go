@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/edgegw/edgegw/bench/internal/drainresult"
 	"github.com/edgegw/edgegw/bench/internal/reportcli"
 )
 
@@ -16,23 +17,8 @@ type record struct {
 	Scenario string `json:"scenario"`
 	Exit     int    `json:"exit"`
 	Gen      struct {
-		QoS        int     `json:"qos"`
-		QoS2Every  int     `json:"qos2_every"`
-		Backlog    int     `json:"backlog"`
-		RTTms      float64 `json:"rtt_ms"`
-		LinkRate   int     `json:"link_rate"`
-		ReconnectS float64 `json:"reconnect_s"`
-		DrainS     float64 `json:"drain_s"`
-		MsgPerS    float64 `json:"msg_per_s"`
-		LinkUse    float64 `json:"link_use"`
-		LatP50us   float64 `json:"lat_p50_us"`
-		LatP99us   float64 `json:"lat_p99_us"`
-		Lost       int64   `json:"lost"`
-		Dups       int64   `json:"dups"`
-		Dups2      int64   `json:"dups_qos2"`
-		LiveSent   int64   `json:"live_sent"`
-		LiveLost   int64   `json:"live_lost"`
-		Error      string  `json:"error"`
+		drainresult.Gen
+		QoS int `json:"qos"`
 	} `json:"gen"`
 }
 
@@ -52,32 +38,28 @@ func line(r record) string {
 	if g.LinkRate > 0 {
 		s += fmt.Sprintf(", link use %.0f%%", 100*g.LinkUse)
 	}
-	if g.Error != "" {
-		s += " ERROR: " + g.Error
-	}
-	return s
+	return s + g.ErrorSuffix()
 }
 
+// tableHead explains the table and names its columns.
+const tableHead = `Backlog built with the uplink down, then the link comes up; a live sensor publishes 10 msg/s meanwhile.
+Upstream: Debian mosquitto, default configuration. *drain* runs from the bridge's first connection through the link to the last backlog message upstream;
+*live* is the publish-to-upstream latency of live messages sent after that connection; *lost* counts backlog and live messages that never arrived.
+
+| scenario | gateway | backlog | drain s | drain msg/s | live p50 | live p99 | lost | QoS 2 dups | dups | link use | reconnect s |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+`
+
 func table(w io.Writer, title string, recs []record) {
-	fmt.Fprintf(w, "# %s\n\n", title)
-	fmt.Fprintln(w, "Backlog built with the uplink down, then the link comes up; a live sensor publishes 10 msg/s meanwhile.")
-	fmt.Fprintln(w, "Upstream: Debian mosquitto, default configuration. *drain* runs from the bridge's first connection through the link to the last backlog message upstream;")
-	fmt.Fprintln(w, "*live* is the publish-to-upstream latency of live messages sent after that connection; *lost* counts backlog and live messages that never arrived.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| scenario | gateway | backlog | drain s | drain msg/s | live p50 | live p99 | lost | QoS 2 dups | dups | link use | reconnect s |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(w, "# %s\n\n%s", title, tableHead)
 	for _, r := range recs {
 		g := r.Gen
-		use := "—"
-		if g.LinkRate > 0 {
-			use = fmt.Sprintf("%.0f%%", 100*g.LinkUse)
-		}
 		errs := ""
 		if g.Error != "" {
 			errs = " (" + g.Error + ")"
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.0f | %.0f ms | %.0f ms | %d%s | %d | %d | %s | %.1f |\n",
 			r.Scenario, r.Gateway, g.Backlog, g.DrainS, g.MsgPerS, g.LatP50us/1e3, g.LatP99us/1e3,
-			g.Lost+g.LiveLost, errs, g.Dups2, g.Dups, use, g.ReconnectS)
+			g.Lost+g.LiveLost, errs, g.Dups2, g.Dups, g.LinkUseCell(), g.ReconnectS)
 	}
 }

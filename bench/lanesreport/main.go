@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/edgegw/edgegw/bench/internal/drainresult"
 	"github.com/edgegw/edgegw/bench/internal/reportcli"
 )
 
@@ -38,19 +39,10 @@ type record struct {
 		AddsUp    bool             `json:"adds_up"`
 	} `json:"ledger"`
 	Gen struct {
-		QoS2Every         int        `json:"qos2_every"`
-		Backlog           int        `json:"backlog"`
-		RTTms             float64    `json:"rtt_ms"`
-		LinkRate          int        `json:"link_rate"`
+		drainresult.Gen
 		Rate              int        `json:"rate"`
 		LiveQoS           int        `json:"live_qos"`
 		BuildS            float64    `json:"build_s"`
-		ReconnectS        float64    `json:"reconnect_s"`
-		DrainS            float64    `json:"drain_s"`
-		MsgPerS           float64    `json:"msg_per_s"`
-		LinkUse           float64    `json:"link_use"`
-		LatP50us          float64    `json:"lat_p50_us"`
-		LatP99us          float64    `json:"lat_p99_us"`
 		LatMaxUs          float64    `json:"lat_max_us"`
 		AlarmLatMs        float64    `json:"alarm_lat_ms"`
 		AlarmAfterS       float64    `json:"alarm_after_s"`
@@ -61,13 +53,7 @@ type record struct {
 		LiveMissingSentS  [2]float64 `json:"live_missing_sent_s"`
 		LiveSlow          int64      `json:"live_slow"`
 		LiveSlowSentS     [2]float64 `json:"live_slow_sent_s"`
-		Lost              int64      `json:"lost"`
-		Dups              int64      `json:"dups"`
-		Dups2             int64      `json:"dups_qos2"`
-		LiveSent          int64      `json:"live_sent"`
-		LiveLost          int64      `json:"live_lost"`
 		Series            []point    `json:"series"`
-		Error             string     `json:"error"`
 	} `json:"gen"`
 }
 
@@ -103,10 +89,7 @@ func line(r record) string {
 	if g.LiveSlow > 0 {
 		s += fmt.Sprintf(", %d live later than 1s (sent %.2f-%.2fs after the connection)", g.LiveSlow, g.LiveSlowSentS[0], g.LiveSlowSentS[1])
 	}
-	if g.Error != "" {
-		s += " ERROR: " + g.Error
-	}
-	return s
+	return s + g.ErrorSuffix()
 }
 
 func table(w io.Writer, title string, recs []record, png string) {
@@ -132,10 +115,6 @@ func table(w io.Writer, title string, recs []record, png string) {
 	fmt.Fprintln(w, "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|")
 	for _, r := range recs {
 		g := r.Gen
-		use := "—"
-		if g.LinkRate > 0 {
-			use = fmt.Sprintf("%.0f%%", 100*g.LinkUse)
-		}
 		alarm := "—"
 		if g.AlarmLatMs > 0 {
 			alarm = fmt.Sprintf("%.0f ms (at %.1f s)", g.AlarmLatMs, g.AlarmAfterS)
@@ -150,7 +129,7 @@ func table(w io.Writer, title string, recs []record, png string) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %.1f s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %d (%d) | %s | %s |\n",
 			r.Scenario, r.Mode, r.Load, g.BuildS, drained(r), ms(g.LatP50us), ms(g.LatP99us), ms(g.LatMaxUs), slow, alarm, g.AlarmBacklogAfter,
-			g.Lost+g.LiveLost, left, g.Dups, g.Dups2, use, ledger(r))
+			g.Lost+g.LiveLost, left, g.Dups, g.Dups2, g.LinkUseCell(), ledger(r))
 	}
 	for _, r := range recs {
 		if r.Gen.Error != "" && r.Gen.BacklogLeft == 0 {
