@@ -19,32 +19,12 @@ PORT_GW=${DRAIN_PORT_GATEWAY:-28872}    # the gateway's local listener
 PORT_LINK=${DRAIN_PORT_LINK:-28873}     # the slow link (the generator's proxy)
 GO=${GO:-go}
 
-stamp=$(date +%Y-%m-%d-%H%M%S)
-results=bench/results
-mkdir -p bin "$results"
-work=$(mktemp -d /tmp/edgegw-drain.XXXXXX)
-raw="$work/raw.jsonl"
-pids=()
-
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "== build"
-$GO build -o bin/edgegw-bench ./cmd/edgegw-bench
-$GO build -o bin/drain-report ./bench/drainreport
-EDGEGW=${EDGEGW_BIN:-bin/edgegw}
-[[ -n ${EDGEGW_BIN:-} ]] || CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o bin/edgegw ./cmd/edgegw
-
-# The cloud broker: Debian mosquitto with its default configuration (one
-# listener, anonymous access): QoS 2 quota 20 per client, 1000 queued.
-cat >"$work/upstream.conf" <<CONF
-listener $PORT_UP 127.0.0.1
-allow_anonymous true
-CONF
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+bench_init drain
+bench_build drainreport
+# The cloud broker: QoS 2 quota 20 per client, 1000 queued.
+upstream_conf
 
 # edgegw as the gateway: its defaults (max_inflight auto, max_inflight_qos2
 # 20, a durable spool with sync batch), a persistent upstream session.
@@ -85,14 +65,6 @@ restart_timeout 1
 topic bench/# out 2
 CONF
 
-wait_port() { # port: until it accepts, at most 5 s
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "nothing listens on port $1" >&2; return 1
-}
-
 scenario_args() { # scenario -> generator arguments
   case "$1" in
     q1-50ms)     echo "--qos 1 --count 20000 --rtt 50ms" ;;
@@ -115,24 +87,16 @@ for sc in $SCENARIOS; do
     [[ $gw == edgegw-w32 && $sc == *300ms ]] && continue
     [[ $gw == edgegw-w32 && $sc == q2-* ]] && continue # QoS 2 is 20 either way
     rm -rf "$work/state"
-    "$MOSQUITTO" -c "$work/upstream.conf" 2>>"$work/upstream.log" &
-    up=$!; pids+=("$up")
-    wait_port "$PORT_UP"
     case $gw in
-      mosquitto) "$MOSQUITTO" -c "$work/gateway-mosquitto.conf" 2>>"$work/gateway-mosquitto.log" & ;;
-      *) "$EDGEGW" --config "$work/$gw.yaml" 2>>"$work/$gw.log" & ;;
+      mosquitto) start_run "$work/gateway-mosquitto.log" "$MOSQUITTO" -c "$work/gateway-mosquitto.conf" ;;
+      *) start_run "$work/$gw.log" "$EDGEGW" --config "$work/$gw.yaml" ;;
     esac
-    g=$!; pids+=("$g")
-    wait_port "$PORT_GW"
     status=0
     # shellcheck disable=SC2086
     bin/edgegw-bench drain $args --addr "127.0.0.1:$PORT_GW" --upstream "127.0.0.1:$PORT_UP" \
       --proxy "127.0.0.1:$PORT_LINK" --window 100 --rate 10 --duration 300s --json >"$work/out.json" 2>"$work/gen.err" || status=$?
-    kill "$g" "$up" 2>/dev/null || true
-    wait "$g" "$up" 2>/dev/null || true
-    pids=()
-    out=$(cat "$work/out.json"); [[ -n $out ]] || out='{"error":"generator printed nothing"}'
-    printf '{"gateway":"%s","scenario":"%s","exit":%d,"gen":%s}\n' "$gw" "$sc" "$status" "$out" >>"$raw"
+    stop_run
+    printf '{"gateway":"%s","scenario":"%s","exit":%d,"gen":%s}\n' "$gw" "$sc" "$status" "$(gen_result)" >>"$raw"
     bin/drain-report -line <<<"$(tail -n1 "$raw")"
   done
 done

@@ -15,6 +15,7 @@
 #   LANES_LINK_RATE  the link's bytes/s each way (default 250000: 2 Mbit/s; 0 = unlimited)
 #   LANES_DURATION   longest drain per run before giving up (default 150s)
 #   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
+#   EDGEGW_BIN       an edgegw binary to measure instead of building one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,31 +34,12 @@ PORT_LINK=${LANES_PORT_LINK:-28883}     # the slow link (the generator's proxy)
 PORT_METRICS=${LANES_PORT_METRICS:-28884} # edgegw's /ledger
 GO=${GO:-go}
 
-stamp=$(date +%Y-%m-%d-%H%M%S)
-results=bench/results
-mkdir -p bin "$results"
-work=$(mktemp -d /tmp/edgegw-lanes.XXXXXX)
-raw="$work/raw.jsonl"
-pids=()
-
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "== build"
-$GO build -o bin/edgegw-bench ./cmd/edgegw-bench
-$GO build -o bin/lanes-report ./bench/lanesreport
-CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o bin/edgegw ./cmd/edgegw
-
-# The cloud broker: Debian mosquitto with its default configuration (one
-# listener, anonymous access): QoS 2 quota 20 per client.
-cat >"$work/upstream.conf" <<CONF
-listener $PORT_UP 127.0.0.1
-allow_anonymous true
-CONF
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+bench_init lanes
+bench_build lanesreport
+# The cloud broker: QoS 2 quota 20 per client.
+upstream_conf
 
 # edgegw as the gateway: its defaults (max_inflight auto, a durable spool
 # with sync batch), a persistent upstream session, three lanes: the alarm
@@ -88,14 +70,6 @@ edgegw_conf "    drain: fifo" >"$work/fifo.yaml"
 edgegw_conf "    drain: live-first
     backlog_share: 25%" >"$work/live-first.yaml"
 
-wait_port() { # port: until it accepts, at most 5 s
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "nothing listens on port $1" >&2; return 1
-}
-
 scenario_args() { # scenario -> generator arguments
   case "$1" in
     bulk-lane)   echo "--live-lane bulk" ;;
@@ -109,12 +83,7 @@ for sc in $SCENARIOS; do
   args=$(scenario_args "$sc")
   for mode in $MODES; do
     rm -rf "$work/state"
-    "$MOSQUITTO" -c "$work/upstream.conf" 2>>"$work/upstream.log" &
-    up=$!; pids+=("$up")
-    wait_port "$PORT_UP"
-    bin/edgegw --config "$work/$mode.yaml" 2>>"$work/$mode.log" &
-    g=$!; pids+=("$g")
-    wait_port "$PORT_GW"
+    start_run "$work/$mode.log" "$EDGEGW" --config "$work/$mode.yaml"
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     status=0
     # The backlog: QoS 1 with every 100th message QoS 2; the live sensor
@@ -128,11 +97,8 @@ for sc in $SCENARIOS; do
     # with the generator: what was in flight may still count as such).
     ledger=$(curl -s --max-time 5 "http://127.0.0.1:$PORT_METRICS/ledger?format=json" || true)
     [[ -n $ledger ]] || ledger='{}'
-    kill "$g" "$up" 2>/dev/null || true
-    wait "$g" "$up" 2>/dev/null || true
-    pids=()
-    out=$(cat "$work/out.json"); [[ -n $out ]] || out='{"error":"generator printed nothing"}'
-    printf '{"scenario":"%s","mode":"%s","load":"%s","exit":%d,"ledger":%s,"gen":%s}\n' "$sc" "$mode" "$load" "$status" "$ledger" "$out" >>"$raw"
+    stop_run
+    printf '{"scenario":"%s","mode":"%s","load":"%s","exit":%d,"ledger":%s,"gen":%s}\n' "$sc" "$mode" "$load" "$status" "$ledger" "$(gen_result)" >>"$raw"
     bin/lanes-report -line <<<"$(tail -n1 "$raw")"
   done
 done

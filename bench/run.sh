@@ -157,13 +157,9 @@ now_us() { date +%s%6N; }
 # rss PID: resident set size in bytes.
 rss() { awk '/^VmRSS:/ { printf "%d", $2 * 1024 }' "/proc/$1/status"; }
 
-wait_port() { # port: until it accepts, at most 5 s
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "broker did not open port $1" >&2; return 1
-}
+# wait_port
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 start_broker() { # name [config suffix] -> sets broker_pid, port
   ulimit -n "$(ulimit -Hn)"
