@@ -91,11 +91,17 @@ func (s *Spool) flush(final bool) {
 
 	s.mu.Lock()
 	s.drainKickLocked()
+	// The window's records in one write (pending.go), before the reader
+	// is told of them and before the fsync. If it fails they are taken
+	// back, and their dones are among the failed below.
+	s.writePendingLocked()
 	if s.unnotified {
 		s.notifyLocked()
 	}
 	b := s.batch
 	s.batch = nil
+	failed := s.pend.failed
+	s.pend.failed = nil
 	var toSync []*segment
 	switch {
 	case s.opts.Sync != SyncNone:
@@ -166,10 +172,12 @@ func (s *Spool) flush(final bool) {
 	}
 	err = s.failed
 	s.mu.Unlock()
+	// Outside the lock: a callback may call back into the spool.
+	for _, c := range failed {
+		c.fn(0, c.err) // not stored
+	}
 	if b != nil {
-		b.err = err
 		close(b.done)
-		// Outside the lock: a callback may call back into the spool.
 		for i, c := range b.cbs {
 			c.fn(c.id, err)
 			b.cbs[i] = callback{}

@@ -102,7 +102,10 @@ func (s *Spool) headLocked(lane Lane, after ID, skip func(ID) bool) (recLoc, boo
 			continue
 		}
 		if g, i := s.locateLocked(ids[k]); g != nil && !g.isRemoved(i) {
-			return locOf(g, i), true
+			if !s.flushPendingFor(g, i) {
+				return recLoc{}, false // taken back: it was the newest
+			}
+			return s.locOfLocked(g, i), true
 		}
 	}
 	return recLoc{}, false

@@ -194,6 +194,7 @@ type Spool struct {
 	acks       []ackRange // removals not yet written to acks.log
 	acksSpare  []ackRange // recycled by the flusher
 	wbuf       []byte     // record encoding scratch
+	pend       pending    // records not yet written (pending.go)
 	ahead      readBlock  // read's block; its own lock, a leaf taken without mu
 
 	// The ids file (ids.go), guarded by mu; the flusher fsyncs idsFile.
@@ -230,11 +231,10 @@ type Spool struct {
 	idGap        uint64
 }
 
-// batch is one group commit: Appends waiting for the same flush.
+// batch is one group commit: the appends waiting for the same flush.
 type batch struct {
-	done chan struct{}
-	err  error      // set before done is closed
-	cbs  []callback // AppendAsync completions, in ID order
+	done chan struct{} // closed by the flush
+	cbs  []callback    // Append and AppendAsync completions, in ID order
 }
 
 // callback is an AppendAsync waiting for a group commit.
@@ -317,13 +317,20 @@ func (s *Spool) Append(ctx context.Context, m Message) (ID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	id, b, err := s.write(&m, nil)
+	// Its own result, not the batch's: a failed commit write refuses the
+	// records in it (pending.go) and fails no other.
+	type result struct {
+		id  ID
+		err error
+	}
+	res := make(chan result, 1)
+	id, b, err := s.write(&m, func(id ID, err error) { res <- result{id, err} })
 	if err != nil || b == nil {
 		return id, err
 	}
 	select {
-	case <-b.done:
-		return id, b.err
+	case r := <-res:
+		return r.id, r.err
 	case <-ctx.Done():
 		return id, ctx.Err()
 	}
@@ -400,20 +407,29 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 		return 0, nil, err
 	}
 	id := s.nextID
-	s.wbuf = appendRecord(s.wbuf[:0], id, m)
-	if _, err := g.f.WriteAt(s.wbuf, g.size); err != nil {
-		// Cut off whatever part was written so the next record does not
-		// land behind garbage.
-		if terr := g.f.Truncate(g.size); terr != nil {
-			s.failLocked(fmt.Errorf("spool: write: %w (truncate: %v)", err, terr))
+	if !s.writeNow(m.QoS) {
+		s.addPendingLocked(g, g.size, id, m) // written by the flush (pending.go)
+	} else {
+		// Behind what is pending: the file keeps the order of the IDs.
+		if err := s.writePendingLocked(); err != nil {
+			s.mu.Unlock()
+			return 0, nil, err
 		}
-		err = s.writeErrLocked("write", err)
-		s.mu.Unlock()
-		return 0, nil, err
-	}
-	s.written.Add(uint64(len(s.wbuf)))
-	if cap(s.wbuf) > 1<<20 {
-		s.wbuf = nil // do not pin a huge buffer after a huge message
+		s.wbuf = appendRecord(s.wbuf[:0], id, m)
+		if _, err := g.f.WriteAt(s.wbuf, g.size); err != nil {
+			// Cut off whatever part was written so the next record does not
+			// land behind garbage.
+			if terr := g.f.Truncate(g.size); terr != nil {
+				s.failLocked(fmt.Errorf("spool: write: %w (truncate: %v)", err, terr))
+			}
+			err = s.writeErrLocked("write", err)
+			s.mu.Unlock()
+			return 0, nil, err
+		}
+		s.written.Add(uint64(len(s.wbuf)))
+		if cap(s.wbuf) > 1<<20 {
+			s.wbuf = nil // do not pin a huge buffer after a huge message
+		}
 	}
 	g.add(g.size, recLen, m.Lane)
 	s.laneQ[m.Lane].push(id)
@@ -467,6 +483,9 @@ func (s *Spool) makeRoomLocked(size int64) {
 		if s.liveBytes+size > s.opts.MaxBytes {
 			g, i = s.victimLocked()
 		}
+		if !s.flushPendingFor(g, i) {
+			continue // the pending records were refused and taken back
+		}
 		s.removeLocked(g, i, DropSpoolFull)
 		n++
 	}
@@ -502,6 +521,9 @@ func (s *Spool) activeLocked(recLen int64) (*segment, error) {
 		g := s.segs[n-1]
 		if g.count() == 0 || g.size+recLen <= s.opts.SegmentSize {
 			return g, nil
+		}
+		if err := s.writePendingLocked(); err != nil {
+			return nil, err
 		}
 		s.sealLocked(g)
 	}
@@ -629,7 +651,7 @@ func (s *Spool) Ack(id ID) error {
 	if id == 0 || id >= s.nextID {
 		return fmt.Errorf("spool: ack of unknown id %d", id)
 	}
-	if g, i := s.locateLocked(id); g != nil && !g.isRemoved(i) {
+	if g, i := s.locateLocked(id); g != nil && !g.isRemoved(i) && s.flushPendingFor(g, i) {
 		s.removeLocked(g, i, "")
 	}
 	return nil
@@ -647,7 +669,7 @@ func (s *Spool) Drop(id ID, reason DropReason) error {
 	if id == 0 || id >= s.nextID {
 		return fmt.Errorf("spool: drop of unknown id %d", id)
 	}
-	if g, i := s.locateLocked(id); g != nil && !g.isRemoved(i) {
+	if g, i := s.locateLocked(id); g != nil && !g.isRemoved(i) && s.flushPendingFor(g, i) {
 		s.removeLocked(g, i, reason)
 	}
 	return nil
@@ -675,9 +697,12 @@ type recLoc struct {
 	end int64 // the segment's valid size when captured: bytes below it never change
 }
 
-// locOf returns where record i of g is. Caller holds s.mu.
-func locOf(g *segment, i int) recLoc {
-	return recLoc{id: g.base + ID(i), f: g.f, off: int64(g.offs[i]), n: g.recLen(i), end: g.size}
+// locOfLocked returns where record i of g is, which must be written
+// (flushPendingFor). end is what is written of g, not what is pending:
+// read's read-ahead must not cache bytes a failed write cuts off again.
+// Caller holds s.mu.
+func (s *Spool) locOfLocked(g *segment, i int) recLoc {
+	return recLoc{id: g.base + ID(i), f: g.f, off: int64(g.offs[i]), n: g.recLen(i), end: s.writtenEnd(g)}
 }
 
 // scanLocked appends to out up to limit live records with IDs above after.
@@ -698,7 +723,10 @@ func (s *Spool) scanLocked(after ID, limit int, out []recLoc) []recLoc {
 			i = int(from - g.base)
 		}
 		for i = g.nextLive(i); i >= 0 && len(out) < limit; i = g.nextLive(i + 1) {
-			out = append(out, locOf(g, i))
+			if !s.flushPendingFor(g, i) {
+				return out // taken back: they were the newest
+			}
+			out = append(out, s.locOfLocked(g, i))
 		}
 	}
 	return out
@@ -856,11 +884,11 @@ func (s *Spool) Get(id ID) (m Message, ok bool, err error) {
 		return m, false, ErrClosed
 	}
 	g, i := s.locateLocked(id)
-	if g == nil || g.isRemoved(i) {
+	if g == nil || g.isRemoved(i) || !s.flushPendingFor(g, i) {
 		s.mu.Unlock()
 		return m, false, nil
 	}
-	l := locOf(g, i)
+	l := s.locOfLocked(g, i)
 	s.mu.Unlock()
 	m, err = s.read(l)
 	switch {
