@@ -68,10 +68,18 @@
 //
 // # Durability contract
 //
-// A record is written to the active segment (pwrite, no user-space buffer)
-// before Append or AppendAsync returns, so from then on it survives kill -9
-// in every mode. Against power loss, Append returns (and AppendAsync calls
-// its done with nil):
+// A record is written to the active segment (pwrite) before anyone is told
+// it is kept, so from then on it survives kill -9 in every mode: with
+// SyncNone, and a QoS 0 record in every mode, before Append or AppendAsync
+// returns; with SyncBatch and SyncAlways a QoS 1/2 record is encoded into
+// a pending buffer, and the flush that commits it writes all the window's
+// records in one pwrite before its fsync (pending.go;
+// TestCommitWritesItsRecords). A reader that reaches a pending record
+// writes the buffer first. If that write fails (a full disk) the records
+// in it are refused as their appends would have been: taken back out of
+// the spool, ErrNoSpace to their dones, the spool not failed
+// (TestFailedCommitWriteRefusesItsRecords). Against power loss, Append
+// returns (and AppendAsync calls its done with nil):
 //
 //   - SyncAlways: after an fsync that covers the record. Concurrent
 //     appenders share an fsync (the flusher starts one as soon as someone
@@ -108,7 +116,7 @@
 // Within one flush the segment is synced before the acks are written, so a
 // durable ack never refers to a record that is not durable.
 //
-// Next and Peek see a record as soon as it is written, before its fsync, so
+// Next and Peek see a record as soon as it is appended, before its fsync, so
 // the bridge may already send it upstream while its Append still waits.
 // A reader waiting for new records (Changed, Next) is woken once per group
 // commit, as the flush starts and before its fsync (with SyncNone: at the

@@ -337,10 +337,12 @@ func (s *Spool) Append(ctx context.Context, m Message) (ID, error) {
 }
 
 // AppendAsync stores m like Append but does not wait for the fsync: the
-// record is written (pwrite, under the spool's lock, with the same
-// overflow policy and checks as Append) before AppendAsync returns, so it
-// survives kill -9 from then on, is visible to Next and Peek, and IDs
-// follow the order of the calls. m.Payload is not retained.
+// record is appended (under the spool's lock, with the same overflow
+// policy and checks as Append) before AppendAsync returns, so it is
+// visible to Next and Peek, and IDs follow the order of the calls. It is
+// written (pwrite) by then with SyncNone and at QoS 0, else by the flush
+// that commits it, before done (pending.go): it survives kill -9 from
+// the moment anyone is told it is kept. m.Payload is not retained.
 //
 // done is called exactly once, without any spool lock held:
 //
