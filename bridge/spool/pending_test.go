@@ -178,3 +178,98 @@ func entriesOf(ids []ID) []Entry {
 	}
 	return es
 }
+
+// TestQoS0RefusedBehindFailedCommitWriteIsCounted: a QoS 0 append writes
+// what is pending first (the file keeps ID order); when that write fails
+// on a full disk, the QoS 0 append is refused with ErrNoSpace too, and
+// Stats.NoSpace ("appends refused with ErrNoSpace") counts it along with
+// the pending records the write refused.
+func TestQoS0RefusedBehindFailedCommitWriteIsCounted(t *testing.T) {
+	dir := filepath.Join(mountTmpfs(t, "256k", 0), "spool")
+	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour, SegmentSize: 64 << 10})
+	var d dones
+	s.AppendAsync(qosMsg(1, 1), d.done)
+	checkEntries(t, all(t, s), idRange(1, 1)) // written: the reader reached it
+	fill(t, filepath.Dir(dir))
+	big := Message{Topic: "big", Payload: make([]byte, 3000), QoS: 1}
+	for range 5 {
+		s.AppendAsync(big, d.done) // 2..6, pending
+	}
+	var err error
+	s.AppendAsync(Message{Topic: "q0", Payload: []byte("x")}, func(_ ID, e error) { err = e })
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("QoS 0 append behind a failed pending write: %v, want ErrNoSpace", err)
+	}
+	if st := s.Stats(); st.NoSpace != 6 {
+		t.Fatalf("NoSpace = %d, want 6 (5 pending records and the QoS 0 append refused)", st.NoSpace)
+	}
+}
+
+// TestFailedCommitWriteReleasesHugeBuffer: a huge message refused by a
+// failed pending write does not leave its buffer pinned for as long as
+// the disk stays full (a successful write releases a buffer over 1 MiB;
+// a failed one must too).
+func TestFailedCommitWriteReleasesHugeBuffer(t *testing.T) {
+	dir := filepath.Join(mountTmpfs(t, "256k", 0), "spool")
+	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour})
+	var d dones
+	s.AppendAsync(Message{Topic: "huge", Payload: make([]byte, 4<<20), QoS: 1}, d.done)
+	if es, err := s.Peek(0, 1); err != nil || len(es) != 0 {
+		t.Fatalf("Peek = %d entries, %v; want the huge record refused (4 MiB on a 256 KiB disk)", len(es), err)
+	}
+	s.mu.Lock()
+	c := cap(s.pend.buf)
+	s.mu.Unlock()
+	if c > 1<<20 {
+		t.Fatalf("pending buffer keeps %d bytes of capacity after the failed write", c)
+	}
+}
+
+// TestPendingBoundedBySegment: the records waiting for their commit write
+// are held in memory, but never more than one segment's worth however
+// many arrive in one window: a segment that fills is written (and sealed)
+// before the next record starts the next one (doc.go, "Memory").
+func TestPendingBoundedBySegment(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 256 << 10
+	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour, SegmentSize: seg})
+	var d dones
+	m := Message{Topic: "bulk", Payload: make([]byte, 10<<10), QoS: 1}
+	for range 200 { // ~2 MiB in one window
+		s.AppendAsync(m, d.done)
+		s.mu.Lock()
+		n := len(s.pend.buf)
+		s.mu.Unlock()
+		if n > seg {
+			t.Fatalf("%d bytes pending, more than a segment (%d)", n, seg)
+		}
+	}
+	if st := s.Stats(); st.Segments < 8 {
+		t.Fatalf("%d segments for ~2 MiB of 256 KiB segments", st.Segments)
+	}
+}
+
+// TestLastIDNotRewoundByRefusedWrite: LastID is "the highest ID handed
+// out so far", and the bridge's live-first picker takes LastID()+1 as the
+// first ID of records accepted during a connection. A failed pending
+// write gives the refused records' IDs to the next appends; if LastID
+// counted those pending IDs, it would go back, and records accepted after
+// the connect would carry IDs below the picker's boundary (treated as
+// backlog). LastID must never decrease.
+func TestLastIDNotRewoundByRefusedWrite(t *testing.T) {
+	dir := filepath.Join(mountTmpfs(t, "256k", 0), "spool")
+	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour, SegmentSize: 64 << 10})
+	var d dones
+	s.AppendAsync(qosMsg(1, 1), d.done)
+	checkEntries(t, all(t, s), idRange(1, 1))
+	fill(t, filepath.Dir(dir))
+	big := Message{Topic: "big", Payload: make([]byte, 3000), QoS: 1}
+	for range 5 {
+		s.AppendAsync(big, d.done) // 2..6, pending
+	}
+	before := s.LastID()
+	checkEntries(t, all(t, s), idRange(1, 1)) // the write fails: 2..6 refused
+	if after := s.LastID(); after < before {
+		t.Fatalf("LastID went back from %d to %d after a refused pending write", before, after)
+	}
+}
