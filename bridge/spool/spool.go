@@ -414,6 +414,9 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 	} else {
 		// Behind what is pending: the file keeps the order of the IDs.
 		if err := s.writePendingLocked(); err != nil {
+			if errors.Is(err, ErrNoSpace) {
+				s.noSpace++ // this append, refused with the pending ones
+			}
 			s.mu.Unlock()
 			return 0, nil, err
 		}
