@@ -127,12 +127,19 @@ func (s *Spool) writePendingLocked() error {
 	}
 	s.written.Add(uint64(len(p.buf)))
 	p.seg = nil
+	p.reset()
+	return nil
+}
+
+// reset empties the buffer; one grown over 1 MiB (a burst or a huge
+// message) is released, not pinned: after a failed write that may be for
+// as long as the disk stays full.
+func (p *pending) reset() {
 	if cap(p.buf) > 1<<20 {
-		p.buf = nil // do not pin a huge buffer after a burst or a huge message
+		p.buf = nil
 	} else {
 		p.buf = p.buf[:0]
 	}
-	return nil
 }
 
 // unwritePendingLocked takes the pending records back out of the index,
@@ -169,6 +176,7 @@ func (s *Spool) unwritePendingLocked(err error) {
 		clear(b.cbs[k:])
 		b.cbs = b.cbs[:k]
 	}
-	p.seg, p.buf = nil, p.buf[:0]
+	p.seg = nil
+	p.reset()
 	s.kickFlusher() // to deliver the failed dones
 }
