@@ -151,10 +151,17 @@ func (s *Spool) HeadSkipping(lane Lane, after ID, skip func(ID) bool) (id ID, m 
 	}
 }
 
-// LastID returns the highest ID handed out so far (0: none).
+// LastID returns the highest ID of a record written so far (0: none). A
+// record still waiting for its commit write (pending.go) does not count:
+// if that write fails its ID goes to the next append, and LastID must
+// not go back (the bridge's picker takes LastID()+1 as the first ID of
+// the records accepted during a connection).
 func (s *Spool) LastID() ID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.pend.seg != nil {
+		return s.pend.first - 1
+	}
 	return s.nextID - 1
 }
 

@@ -249,8 +249,8 @@ func TestPendingBoundedBySegment(t *testing.T) {
 	}
 }
 
-// TestLastIDNotRewoundByRefusedWrite: LastID is "the highest ID handed
-// out so far", and the bridge's live-first picker takes LastID()+1 as the
+// TestLastIDNotRewoundByRefusedWrite: the bridge's live-first picker
+// takes LastID()+1 as the
 // first ID of records accepted during a connection. A failed pending
 // write gives the refused records' IDs to the next appends; if LastID
 // counted those pending IDs, it would go back, and records accepted after
