@@ -191,6 +191,8 @@
 // Those "pinned" bytes in sealed segments are bounded too: above
 // max(MaxBytes/2, 2*SegmentSize) the oldest live records are dropped (same
 // reason) until their segment can be deleted. Memory is 4 bytes plus one bit
-// per record on disk, plus one segment struct per file; payloads are read
-// back from disk (usually the page cache) by Next and Peek.
+// per record on disk, plus one segment struct per file, plus the records
+// waiting for their commit write (SyncBatch, SyncAlways: one window's, at
+// most one segment, TestPendingBoundedBySegment); payloads are read back
+// from disk (usually the page cache) by Next and Peek.
 package spool

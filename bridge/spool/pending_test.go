@@ -268,8 +268,14 @@ func TestLastIDNotRewoundByRefusedWrite(t *testing.T) {
 		s.AppendAsync(big, d.done) // 2..6, pending
 	}
 	before := s.LastID()
+	if l := s.Stats().Ledger; l.Accepted != 6 || l.Live != 6 || l.Sum() != l.Accepted {
+		t.Fatalf("ledger with 5 pending: %+v", l) // docs/bridge.md: counted from when taken
+	}
 	checkEntries(t, all(t, s), idRange(1, 1)) // the write fails: 2..6 refused
 	if after := s.LastID(); after < before {
 		t.Fatalf("LastID went back from %d to %d after a refused pending write", before, after)
+	}
+	if l := s.Stats().Ledger; l.Accepted != 1 || l.Live != 1 || l.Sum() != l.Accepted {
+		t.Fatalf("ledger after the refusal: %+v", l) // they leave accepted and queued
 	}
 }

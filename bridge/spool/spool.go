@@ -304,8 +304,10 @@ func Open(opts Options) (*Spool, error) {
 
 // Append stores m and returns its ID once it is durable as Options.Sync
 // says. If ctx ends while waiting for the fsync, Append returns the ID with
-// ctx's error: the record is written and will most likely be delivered,
-// but the caller must not treat it as durable.
+// ctx's error: the record is in the spool and will most likely be
+// delivered, but the caller must not treat it as durable (with SyncBatch
+// and SyncAlways it may not even be written yet, and a failed commit write
+// refuses it and gives its ID to a later record, pending.go).
 //
 // If the spool is full the oldest messages are dropped to make room (see
 // the package documentation); a message whose topic+payload exceeds
