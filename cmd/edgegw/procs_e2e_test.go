@@ -25,7 +25,7 @@ func TestBinaryIdleOnOneProcessor(t *testing.T) {
 	bin := buildEdgegw(t)
 	governed := `procs=1..` // the range the Governor moves in
 	if runtime.NumCPU() == 1 {
-		governed = `procs=1 ` // nothing to govern
+		governed = "procs=1\n" // nothing to govern (procs is the starting line's last attribute)
 	}
 	for _, tc := range []struct {
 		env       string
