@@ -360,6 +360,16 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			s.srv.stats.drop(dropExpired)
 			continue
 		}
+		if az := s.srv.opts.Authorizer; az != nil && !s.mayRead(az, q.msg.Topic) {
+			// Checked again as it leaves the queue: a reload (or a restart
+			// with a changed ACL) since routing may have denied its topic,
+			// and authorization holds for every message delivered. A
+			// cached verdict: a map look-up while the rules are unchanged.
+			s.charge(-q.msg.size())
+			s.unstore(q)
+			s.srv.stats.deny(deniedDelivery)
+			continue
+		}
 		if q.qos == 0 {
 			s.charge(-q.msg.size())
 			out = append(out, outgoing{q: q})
