@@ -1,9 +1,9 @@
 package gateway_test
 
-// Review of f723a18 (issue 13's "authorization for every message
-// delivered"): the read check runs when a message is routed into a
-// session's queue, not when the queue is delivered, so a message queued
-// under old rules is delivered under new ones that deny it.
+// Issue 13's "authorization for every message delivered" across a change
+// of the rules: a message routed into a session's queue under the old
+// rules is checked again as it leaves the queue, so new rules that deny
+// its topic withhold it (found in review: it was checked only when routed).
 
 import (
 	"os"
