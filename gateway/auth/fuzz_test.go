@@ -129,3 +129,37 @@ func FuzzParseACL(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDenyWithheld states the deny contract since a wider filter is
+// granted (f723a18): under "topic readwrite #" and "topic deny secret/#",
+// a filter that lies inside secret/# is refused at SUBSCRIBE, and every
+// topic under secret/ that a granted filter can match is refused per
+// message (CanRead), so no filter reaches a denied topic.
+func FuzzDenyWithheld(f *testing.F) {
+	for _, c := range [][2]string{
+		{"#", "secret/x"}, {"+/x", "secret/x"}, {"secret/#", "secret"}, {"+/+/#", "secret/a/b"},
+		{"secret/+", "secret/a"}, {"se/#", "se/cret"}, {"+", "secret"},
+	} {
+		f.Add(c[0], c[1])
+	}
+	a, err := parseACL(strings.NewReader("topic readwrite #\ntopic deny secret/#\n"), "fuzz")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, filter, topic string) {
+		if topics.ValidFilter(filter) != nil || topics.ValidTopic(topic) != nil {
+			return
+		}
+		inside := topics.MatchFilter("secret/#", topic)
+		if inside && a.allowed("u", "c", topic, accessRead) {
+			t.Fatalf("%q readable under deny secret/#", topic)
+		}
+		granted := a.allowed("u", "c", filter, accessRead)
+		if granted && covers("secret/#", filter) {
+			t.Fatalf("filter %q lies inside secret/# and was granted", filter)
+		}
+		if granted && topics.MatchFilter(filter, topic) && !inside && !strings.HasPrefix(topic, "$") && !a.allowed("u", "c", topic, accessRead) {
+			t.Fatalf("granted filter %q matches %q, which is outside the deny and yet refused", filter, topic)
+		}
+	})
+}
