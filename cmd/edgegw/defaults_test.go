@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgegw/edgegw/bridge"
 	"github.com/edgegw/edgegw/gateway"
@@ -22,7 +26,6 @@ func TestDefaultsAgree(t *testing.T) {
 		"TopicAliasMaximum": "no key",
 		"SysInterval":       "no key",
 		"Version":           "set by run from the build, not configured",
-		"FlowStall":         "no key: 250 ms, tests on loaded machines set it",
 	})
 	agree(t, "bridge.Config", bridgeConfig(config.DefaultBridge(), def.Persistence), bridge.DefaultConfig(), nil)
 }
@@ -55,5 +58,25 @@ func agree(t *testing.T, what string, fromConfig, lib any, unmapped map[string]s
 		if _, ok := c.Type().FieldByName(name); !ok {
 			t.Errorf("%s has no field %s any more: drop it from the list", what, name)
 		}
+	}
+}
+
+// TestSlowSubscriberAfterReachesTheBroker: limits.slow_subscriber_after
+// from a config file is the broker's flow-control threshold (docs/config.md).
+func TestSlowSubscriberAfterReachesTheBroker(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edgegw.yaml")
+	if err := os.WriteFile(path, []byte("limits:\n  slow_subscriber_after: 3s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gatewayOptions(cfg).FlowStall; got != 3*time.Second {
+		t.Fatalf("FlowStall %v, want 3s", got)
+	}
+	os.WriteFile(path, []byte("limits:\n  slow_subscriber_after: 0s\n"), 0o600)
+	if _, err := config.Load(path, nil); err == nil || !strings.Contains(err.Error(), "limits.slow_subscriber_after") {
+		t.Fatalf("0s accepted or the error does not name the key: %v", err)
 	}
 }

@@ -39,6 +39,7 @@ func gatewayOptions(cfg config.Config) gateway.Options {
 		MaxPacketSize:     int(l.MaxPacketSize),
 		ConnectTimeout:    l.ConnectTimeout,
 		WriteTimeout:      l.WriteTimeout,
+		FlowStall:         l.SlowSubscriberAfter,
 		MaxInflight:       l.MaxInflight,
 		MaxQueuedMessages: l.MaxQueuedMessages,
 		MaxQueuedBytes:    l.MaxQueuedBytes,

@@ -144,6 +144,10 @@ type Limits struct {
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
 	// WriteTimeout is the deadline of every write to a client.
 	WriteTimeout time.Duration `mapstructure:"write_timeout"`
+	// SlowSubscriberAfter: a subscriber whose oldest unacknowledged
+	// message went out longer ago no longer holds publishers' acks (flow
+	// control, docs/behaviour.md); at most WriteTimeout takes effect.
+	SlowSubscriberAfter time.Duration `mapstructure:"slow_subscriber_after"`
 	// KeepaliveMax caps the keepalive a client may ask for; 0 = no cap.
 	// (v5: announced as server keepalive when the client asks for more.)
 	KeepaliveMax time.Duration `mapstructure:"keepalive_max"`
@@ -321,18 +325,19 @@ func Default() Config {
 		Log:       Log{Level: LevelInfo, Format: FormatText},
 		Listeners: []Listener{l},
 		Limits: Limits{
-			MaxConnections:    1024,
-			MaxPacketSize:     1 * MiB,
-			ConnectTimeout:    10 * time.Second,
-			WriteTimeout:      10 * time.Second,
-			MaxInflight:       32,
-			MaxQueuedMessages: 1000,
-			MaxQueuedBytes:    4 * MiB,
-			MemoryBudget:      64 * MiB,
-			GCPercent:         DefaultGCPercent,
-			MaxTopicLevels:    64,
-			MaxTopicLength:    1024,
-			MaxSubscriptions:  500,
+			MaxConnections:      1024,
+			MaxPacketSize:       1 * MiB,
+			ConnectTimeout:      10 * time.Second,
+			WriteTimeout:        10 * time.Second,
+			SlowSubscriberAfter: 250 * time.Millisecond,
+			MaxInflight:         32,
+			MaxQueuedMessages:   1000,
+			MaxQueuedBytes:      4 * MiB,
+			MemoryBudget:        64 * MiB,
+			GCPercent:           DefaultGCPercent,
+			MaxTopicLevels:      64,
+			MaxTopicLength:      1024,
+			MaxSubscriptions:    500,
 		},
 		Sessions:    Sessions{MaxExpiry: 24 * time.Hour},
 		Auth:        Auth{AllowAnonymous: true},

@@ -201,6 +201,7 @@ func (c Config) validateLimits(es *Errors) {
 	}
 	positiveDuration(es, "limits.connect_timeout", l.ConnectTimeout)
 	positiveDuration(es, "limits.write_timeout", l.WriteTimeout)
+	positiveDuration(es, "limits.slow_subscriber_after", l.SlowSubscriberAfter)
 	keepalive(es, "limits.keepalive_max", l.KeepaliveMax)
 	keepalive(es, "limits.server_keepalive", l.ServerKeepalive)
 	if l.MaxInflight < 1 || l.MaxInflight > maxInflightMQTT {
