@@ -105,7 +105,7 @@ func TestValidate(t *testing.T) {
 				KeepaliveMax: 70000 * time.Second, ServerKeepalive: 1500 * time.Millisecond, MaxInflight: 70000,
 				GCPercent: DefaultGCPercent, MaxTopicLength: 65536}
 		}, []string{"limits.max_connections", "limits.max_packet_size", "limits.connect_timeout", "limits.write_timeout",
-			"limits.keepalive_max", "limits.server_keepalive", "limits.max_inflight",
+			"limits.slow_subscriber_after", "limits.keepalive_max", "limits.server_keepalive", "limits.max_inflight",
 			"limits.max_topic_levels", "limits.max_topic_length", "limits.max_subscriptions", "limits.max_queued_messages",
 			"limits.max_queued_bytes", "limits.memory_budget"}},
 		{"sessions", func(c *Config) { c.Sessions.MaxExpiry = -time.Hour }, []string{"sessions.max_expiry"}},
