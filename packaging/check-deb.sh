@@ -75,7 +75,7 @@ dpkg --root="$root" -L edgegw >/dev/null || fail "dpkg does not know the package
 dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Conffiles}\n' edgegw | grep -q /etc/edgegw/edgegw.yaml ||
 	fail "dpkg did not register the conffile"
 
-# The unit's paths resolve inside the root: ExecStart, ExecStartPre.
+# The unit's paths resolve inside the root: ExecStart (and any other Exec*).
 unit=$root/usr/lib/systemd/system/edgegw.service
 for p in $(sed -n 's/^Exec[A-Za-z]*=[-@+!:]*\([^ ]*\).*/\1/p' "$unit" | sort -u); do
 	case $p in /usr/bin/edgegw) [ -x "$root$p" ] || fail "$p (from the unit) not in the package" ;; esac

@@ -103,3 +103,47 @@ func TestCrashIsRestarted(t *testing.T) {
 		t.Errorf("no goroutine dump on stderr after %v:\n%.2000s", sig, stderr.String())
 	}
 }
+
+// TestInvalidConfigIsNotRetried holds docs/install.md's "an invalid config
+// ... keeps the service from starting, the journal lists every problem
+// with its key, and systemd does not retry": the unit's main process
+// exits with a status RestartPreventExitStatus lists, naming each problem.
+// The check must be the main process's own: systemd looks only at the main
+// process for RestartPreventExitStatus, so a failing ExecStartPre (the
+// unit's first way) was retried every RestartSec until the start limit.
+func TestInvalidConfigIsNotRetried(t *testing.T) {
+	svc := parseUnit(t, unitPath)["Service"]
+	if pre := svc["ExecStartPre"]; len(pre) > 0 {
+		t.Fatalf("ExecStartPre=%v: its failure is retried whatever RestartPreventExitStatus says", pre)
+	}
+	bin := filepath.Join(t.TempDir(), "edgegw")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/edgegw").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
+	if err := os.WriteFile(cfg, []byte("limits: {max_inflight: 0, write_timeout: -1s}\nmetrics: {address: \"\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", cfg)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	for _, e := range svc["Environment"] {
+		cmd.Env = append(cmd.Env, strings.Fields(e)...)
+	}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("edgegw with an invalid config: %v, want it to exit\n%s", err, out)
+	}
+	var prevent []string
+	for _, v := range svc["RestartPreventExitStatus"] {
+		prevent = append(prevent, strings.Fields(v)...)
+	}
+	if !slices.Contains(prevent, strconv.Itoa(ee.ExitCode())) {
+		t.Errorf("exit status %d, which RestartPreventExitStatus=%v does not list: systemd would retry", ee.ExitCode(), prevent)
+	}
+	for _, key := range []string{"limits.max_inflight", "limits.write_timeout"} {
+		if !strings.Contains(string(out), key) {
+			t.Errorf("the problem with %s is not named:\n%s", key, out)
+		}
+	}
+}

@@ -66,7 +66,6 @@ func TestUnitDirectives(t *testing.T) {
 		{"Service", "Type", "notify"},
 		{"Service", "NotifyAccess", "main"},
 		{"Service", "WatchdogSec", "30s"},
-		{"Service", "ExecStartPre", "/bin/sh -c 'exec /usr/bin/edgegw check-config --config /etc/edgegw/edgegw.yaml >/dev/null'"},
 		{"Service", "ExecStart", "/usr/bin/edgegw --config /etc/edgegw/edgegw.yaml"},
 		{"Service", "ExecReload", "/bin/kill -HUP $MAINPID"},
 		{"Service", "Restart", "on-failure"},
