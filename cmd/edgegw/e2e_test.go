@@ -43,6 +43,18 @@ func freePort(t *testing.T) string {
 	return ""
 }
 
+// waitListening waits (at most 10 s) until addr accepts a TCP connection.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, "listener on "+addr, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
 // gatewayProc is the real edgegw binary running as a child process.
 type gatewayProc struct {
 	cmd  *exec.Cmd
@@ -119,13 +131,7 @@ listeners:
 metrics: {address: "%s"}
 `, addr, maddr)), 0o600)
 	g := startEdgegw(t, bin, "--config", cfg)
-	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	waitListening(t, addr)
 
 	for _, v := range []string{"mqttv31", "mqttv311", "mqttv5"} {
 		t.Run(v, func(t *testing.T) {

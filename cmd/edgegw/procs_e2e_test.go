@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -51,13 +50,7 @@ metrics: {address: "%s"}
 				t.Setenv(k, v)
 			}
 			g := startEdgegw(t, bin, "--config", cfg)
-			testutil.Eventually(t, 10*time.Second, "listener", func() bool {
-				c, err := net.Dial("tcp", addr)
-				if err == nil {
-					c.Close()
-				}
-				return err == nil
-			})
+			waitListening(t, addr)
 			testutil.Eventually(t, 10*time.Second, fmt.Sprintf("go_sched_gomaxprocs_threads %v", tc.procs), func() bool {
 				// A scrape costs the binary about 1 ms of CPU: scraping
 				// every 5 ms would be the load that keeps it off one

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,13 +34,7 @@ metrics: {address: ""}
 auth: {allow_anonymous: true, acl_file: "%s"}
 `, addr, acl)), 0o600)
 	g := startEdgegw(t, bin, "--config", cfg)
-	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	waitListening(t, addr)
 
 	var lost sync.Map
 	connect := func(id string) mqtt.Client {

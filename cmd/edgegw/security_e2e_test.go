@@ -56,13 +56,7 @@ limits: {max_topic_levels: 8, max_subscriptions: 2}
 auth: {allow_anonymous: false, password_file: %s, acl_file: %s}
 `, addr, filepath.Join(dir, "passwd"), filepath.Join(dir, "acl"))), 0o600)
 	startEdgegw(t, buildEdgegw(t), "--config", cfg)
-	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	waitListening(t, addr)
 	mosq := func(tool, user string, args ...string) *exec.Cmd {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		t.Cleanup(cancel)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,13 +82,7 @@ listeners:
 metrics: {address: ""}
 `, addr, gwTTY)), 0o600)
 	g := startEdgegw(t, bin, "--config", cfg)
-	testutil.Eventually(t, 10*time.Second, "listener", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	waitListening(t, addr)
 	testutil.Eventually(t, 10*time.Second, "serial link open", func() bool { return strings.Contains(g.logs(), gwTTY) })
 
 	got := make(chan string, 10)
