@@ -78,6 +78,10 @@ func TestUnitDirectives(t *testing.T) {
 		{"Service", "StateDirectory", "edgegw"},
 		{"Service", "ConfigurationDirectory", "edgegw"},
 		{"Service", "Environment", "EDGEGW_PERSISTENCE_DIR=/var/lib/edgegw"},
+		// A crash dies by SIGABRT, restarted (TestCrashIsRestarted), and
+		// leaves no core file on the SD card (the unit's comment).
+		{"Service", "Environment", "GOTRACEBACK=crash"},
+		{"Service", "LimitCORE", "0"},
 		{"Service", "LimitNOFILE", "65536"},
 		{"Service", "NoNewPrivileges", "yes"},
 		{"Service", "CapabilityBoundingSet", ""},
