@@ -32,6 +32,8 @@
 //	               writer goroutine, its pooled buffers
 //	reader.go      the reader: read loop, idle wait, read errors, the
 //	               pooled read buffer
+//	sockio.go      a plain socket's reads and writes by RawSyscall (sysmon
+//	               stays asleep); sockio_race.go tells the race detector
 //	connect.go     CONNECT: authentication, limits, will, session, CONNACK
 //	handle.go      every packet after CONNECT; acks, PINGREQ
 //	publish.go     an incoming PUBLISH

@@ -1,8 +1,9 @@
 package main
 
 // Preflight: the checks of the files a config names, run by check-config
-// (the unit's ExecStartPre) and by run before anything is bound, so that a
-// config which passes check-config does not then fail at start. Validate
+// and by run before anything is bound (the unit has no ExecStartPre: run's
+// own check exits 2, which the unit does not retry), so that a config
+// which passes check-config does not then fail at start. Validate
 // in internal/config looks at values only; here every referenced file is
 // opened and parsed the way the gateway will: password and ACL files by
 // gateway/auth's own parser, certificate/key pairs by crypto/tls, CA
