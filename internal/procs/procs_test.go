@@ -190,8 +190,18 @@ func pinnedChild(t *testing.T) {
 	if n := runtime.GOMAXPROCS(0); n < 2 {
 		t.Fatalf("GOMAXPROCS %d after a busy sample; want the runtime's %d", n, runtime.NumCPU())
 	}
-	var one unix.CPUSet
-	one.Set(0)
+	// The first CPU the process may use: CPU 0 need not be one of them (a
+	// container's cpuset), and pinning to a CPU outside it fails.
+	var allowed, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		t.Fatal(err)
+	}
+	for cpu := 0; ; cpu++ {
+		if allowed.IsSet(cpu) {
+			one.Set(cpu)
+			break
+		}
+	}
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
