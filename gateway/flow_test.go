@@ -74,10 +74,12 @@ func TestFlowControlNoLossWhileSubscriberKeepsUp(t *testing.T) {
 
 // TestFlowControlStuckSubscriber: a subscriber that reads but never acks
 // cannot hold publishers: after write_timeout without progress it is marked
-// slow, the waiting acks go out and the overflow policy applies.
+// slow, the waiting acks go out and the overflow policy applies. FlowStall
+// (limits.slow_subscriber_after) of an hour: at most write_timeout takes
+// effect (docs/config.md), or the publishes below would wait an hour.
 func TestFlowControlStuckSubscriber(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxQueuedMessages: 20, MaxInflight: 2,
-		WriteTimeout: 300 * time.Millisecond})
+		WriteTimeout: 300 * time.Millisecond, FlowStall: time.Hour})
 	stuck, _ := rawConnect(t, b.addr, packet.V311, "stuck", true, nil)
 	stuck.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "s/#", QoS: 1})
 	// Its reader (started by connect) keeps reading, so writes never time

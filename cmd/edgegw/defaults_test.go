@@ -80,3 +80,21 @@ func TestSlowSubscriberAfterReachesTheBroker(t *testing.T) {
 		t.Fatalf("0s accepted or the error does not name the key: %v", err)
 	}
 }
+
+// TestCheckConfigWarnsSlowSubscriberAfterPastWriteTimeout: docs/config.md
+// says at most write_timeout takes effect; check-config says so when the
+// key asks for more, and accepts the config.
+func TestCheckConfigWarnsSlowSubscriberAfterPastWriteTimeout(t *testing.T) {
+	t.Setenv(config.EnvConfig, "")
+	t.Setenv("JOURNAL_STREAM", "")
+	path := writeConfig(t, "limits: {slow_subscriber_after: 20s, write_timeout: 10s}\n")
+	code, _, errOut := call(t, "check-config", "--config", path)
+	want := "warning: " + path + ": limits.slow_subscriber_after: 20s is longer than limits.write_timeout (10s): a subscriber is judged slow after 10s"
+	if code != exitOK || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, stderr lacks\n%s\n%s", code, want, errOut)
+	}
+	path = writeConfig(t, "limits: {slow_subscriber_after: 5s, write_timeout: 10s}\n")
+	if code, _, errOut := call(t, "check-config", "--config", path); code != exitOK || strings.Contains(errOut, "slow_subscriber_after") {
+		t.Fatalf("5s under a 10s write_timeout: exit %d, stderr:\n%s", code, errOut)
+	}
+}

@@ -72,6 +72,10 @@ func preflight(cfg config.Config, source string, now time.Time) findings {
 				"set auth.allow_anonymous: false with auth.password_file, require tls.client_ca, or bind 127.0.0.1", l.Name, l.Address)
 		}
 	}
+	if l := cfg.Limits; l.SlowSubscriberAfter > l.WriteTimeout && l.WriteTimeout > 0 {
+		f.warn("limits.slow_subscriber_after", "%s is longer than limits.write_timeout (%s): a subscriber is judged slow after %s",
+			l.SlowSubscriberAfter, l.WriteTimeout, l.WriteTimeout)
+	}
 	for _, e := range append(f.errs, f.warnings...) {
 		e.Source = source
 	}
