@@ -27,7 +27,10 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/sockio"
 )
 
 // maxPending is the most bytes buffered for the flusher before Write
@@ -43,6 +46,7 @@ var errTornDown = errors.New("uplink torn down by the bridge")
 // batchWriter buffers the uplink's writes for its flusher goroutine.
 type batchWriter struct {
 	conn      net.Conn
+	raw       syscall.RawConn // conn's, when a plain TCP socket (conn.go rawSocket)
 	timeout   time.Duration
 	onTimeout func(error)
 
@@ -59,9 +63,9 @@ type batchWriter struct {
 
 // newBatchWriter starts the flusher of conn; it ends at Close, abort or
 // the first write error.
-func newBatchWriter(conn net.Conn, timeout time.Duration, onTimeout func(error)) *batchWriter {
+func newBatchWriter(conn net.Conn, raw syscall.RawConn, timeout time.Duration, onTimeout func(error)) *batchWriter {
 	w := &batchWriter{
-		conn: conn, timeout: timeout, onTimeout: onTimeout,
+		conn: conn, raw: raw, timeout: timeout, onTimeout: onTimeout,
 		room: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	go w.flushLoop()
@@ -205,7 +209,13 @@ func (w *batchWriter) write(p []byte) error {
 		if err := w.conn.SetWriteDeadline(time.Now().Add(w.timeout)); err != nil {
 			return w.breakConn(fmt.Errorf("set write deadline: %w", err))
 		}
-		n, err := w.conn.Write(p[done:end])
+		var n int
+		var err error
+		if w.raw != nil {
+			n, err = sockio.Write(w.raw, p[done:end])
+		} else {
+			n, err = w.conn.Write(p[done:end])
+		}
 		done += n
 		if err != nil {
 			var ne net.Error

@@ -50,7 +50,7 @@ func TestTokenCompletedByResumeIsNotAnAck(t *testing.T) {
 				return nil, err
 			}
 			return &deadlineConn{Conn: c, lastRead: &lastRead, store: st, acks: ackRewriter{st: st},
-				w: newBatchWriter(c, 5*time.Second, func(error) {})}, nil
+				w: newBatchWriter(c, rawSocket(c), 5*time.Second, func(error) {})}, nil
 		})
 	c := mqtt.NewClient(o)
 	connect := func() {
@@ -131,7 +131,7 @@ func TestResumedQoS1KeepsItsAlternativeWireID(t *testing.T) {
 					return nil, err
 				}
 				return &deadlineConn{Conn: c, lastRead: &lastRead, store: st, acks: ackRewriter{st: st},
-					w: newBatchWriter(c, 5*time.Second, func(error) {})}, nil
+					w: newBatchWriter(c, rawSocket(c), 5*time.Second, func(error) {})}, nil
 			})
 		c := mqtt.NewClient(o)
 		if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {

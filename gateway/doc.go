@@ -31,9 +31,9 @@
 //	writer.go      the writer: control lane, encoding, inline flushes, the
 //	               writer goroutine, its pooled buffers
 //	reader.go      the reader: read loop, idle wait, read errors, the
-//	               pooled read buffer
-//	sockio.go      a plain socket's reads and writes by RawSyscall (sysmon
-//	               stays asleep); sockio_race.go tells the race detector
+//	               pooled read buffer; a plain socket's reads (and the
+//	               inline writes) go through internal/sockio (RawSyscall:
+//	               the runtime's sysmon stays asleep)
 //	connect.go     CONNECT: authentication, limits, will, session, CONNACK
 //	handle.go      every packet after CONNECT; acks, PINGREQ
 //	publish.go     an incoming PUBLISH

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/sockio"
 )
 
 // readLoop reads and handles packets until the connection ends. It returns
@@ -131,7 +132,7 @@ func (c *client) waitIdle() error {
 		var n int
 		var err error
 		if c.cr.raw != nil {
-			n, err = rawRead(c.cr.raw, b, true)
+			n, err = sockio.Read(c.cr.raw, b, true)
 		} else {
 			n, err = c.conn.Read(b)
 		}
@@ -212,7 +213,7 @@ type connReader struct {
 }
 
 // errWouldBlock is what a non-blocking attempt returns when no input waits.
-var errWouldBlock = errors.New("read would block")
+var errWouldBlock = sockio.ErrWouldBlock
 
 // replayReader is what a pooled read buffer reads from: first what the
 // idle wait read (pend), then the connection. It lives in the rstate, so an
@@ -263,7 +264,7 @@ func (r *connReader) read(p []byte) (int, error) {
 		r.busy = n == len(p) && n > 1
 		return n, err
 	}
-	n, err := rawRead(r.raw, p, !r.try)
+	n, err := sockio.Read(r.raw, p, !r.try)
 	if err != nil {
 		return 0, err
 	}

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/sockio"
 )
 
 // maxBatch bounds how many bytes the writer gathers for one write.
@@ -269,7 +270,7 @@ func (c *client) tryWrite(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	return rawWrite(c.cr.raw, b)
+	return sockio.TryWrite(c.cr.raw, b)
 }
 
 // hold is called by the reader before it handles input: kicks for its own

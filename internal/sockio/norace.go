@@ -1,6 +1,6 @@
 //go:build !race
 
-package gateway
+package sockio
 
 // Without the race detector sockio.go's annotations cost nothing.
 

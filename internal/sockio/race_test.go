@@ -1,6 +1,6 @@
 //go:build race
 
-package gateway
+package sockio
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 
 // TestRawReadSeenByRaceDetector: a goroutine writing into a buffer that a
 // raw read fills is reported by the race detector, as it was while reads
-// went through syscall.Read (sockio_race.go). The racy read runs in a
+// went through syscall.Read (race.go). The racy read runs in a
 // child process: a reported race fails the test binary that has it.
 func TestRawReadSeenByRaceDetector(t *testing.T) {
 	if os.Getenv("EDGEGW_RACY_RAWREAD") == "1" {
@@ -22,7 +22,7 @@ func TestRawReadSeenByRaceDetector(t *testing.T) {
 		done := make(chan struct{})
 		go func() { buf[0] = 'y'; close(done) }()
 		time.Sleep(20 * time.Millisecond) // unordered with the goroutine on purpose: no sync between them
-		if _, err := rawRead(raw, buf, true); err != nil {
+		if _, err := Read(raw, buf, true); err != nil {
 			t.Fatal(err)
 		}
 		<-done
@@ -31,7 +31,7 @@ func TestRawReadSeenByRaceDetector(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRawReadSeenByRaceDetector$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "EDGEGW_RACY_RAWREAD=1")
 	out, _ := cmd.CombinedOutput()
-	if !strings.Contains(string(out), "WARNING: DATA RACE") || !strings.Contains(string(out), "rawRead") {
+	if !strings.Contains(string(out), "WARNING: DATA RACE") || !strings.Contains(string(out), "sockio.Read") {
 		t.Fatalf("the race detector did not see a raw read's write into a buffer another goroutine wrote:\n%s", out)
 	}
 }

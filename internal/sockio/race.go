@@ -1,8 +1,8 @@
 //go:build race
 
-package gateway
+package sockio
 
-// The race detector's view of sockio.go's system calls, as the syscall
+// The race detector's view of sockio's system calls, as the syscall
 // package gives it for its own: a read writes the bytes it took into p, a
 // write reads p. Without it a goroutine touching a buffer the kernel
 // fills was a race no -race test could see.
