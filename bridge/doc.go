@@ -18,7 +18,8 @@
 //	ack.go         the acker and ack watchdog, either protocol; completed
 //	window.go      the send window (max_inflight auto)
 //	budget.go      the byte budget and rate limit
-//	conn.go        the transport: dial, deadlines; batchwrite.go its writes
+//	conn.go        the transport: dial, deadlines (a plain TCP socket reads
+//	               and writes through internal/sockio); batchwrite.go its writes
 //	inbound.go     messages from upstream, both protocols
 //	reload.go      live reload (SIGHUP)
 //	ledger.go      where every accepted message went; spoolstats.go

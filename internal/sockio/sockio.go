@@ -11,8 +11,11 @@
 // net package is non-blocking, so its read and write return at once
 // (EAGAIN when there is nothing to read or no room): the scheduler need
 // not know. Waiting stays with the poller (RawConn.Read and Write call the
-// op again once the socket is ready, and keep the deadline), so the
-// errors are the net package's: net.ErrClosed, os.ErrDeadlineExceeded.
+// op again once the socket is ready, and keep the deadline), so a close
+// or a deadline ends a call with the net package's errors
+// (errors.Is net.ErrClosed, os.ErrDeadlineExceeded; Op "raw-read" or
+// "raw-write"); an error from the kernel (a reset, a broken pipe) is an
+// *os.SyscallError without the addresses conn.Read would add.
 //
 // The race detector does not see the kernel's side of these calls; the
 // syscall package annotates its own, and race.go does the same here: a
