@@ -31,25 +31,7 @@ func TestSplitPacketDoesNotHoldWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			// One write: the first PUBLISH and half of the second.
-			half := len(second) / 2
-			if err := pub.write(append(first, second[:half]...)); err != nil {
-				t.Fatal(err)
-			}
-			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "first" {
-				t.Fatalf("subscriber got %q, want first", p.Payload)
-			}
-			if qos == 1 {
-				if a := expect[*packet.Puback](t, pub, 5*time.Second); a.PacketID != 1 {
-					t.Fatalf("PUBACK for %d, want 1", a.PacketID)
-				}
-			}
-			// The rest arrives: the second message is delivered too.
-			if err := pub.write(second[half:]); err != nil {
-				t.Fatal(err)
-			}
-			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "second" {
-				t.Fatalf("subscriber got %q, want second", p.Payload)
-			}
+			splitDelivery(t, sub, pub, qos, first, second, func() {})
 		})
 	}
 }
@@ -82,26 +64,38 @@ func TestSplitPacketAfterPipelinedConnect(t *testing.T) {
 				t.Fatal(err)
 			}
 			// One write: CONNECT, the first PUBLISH and half of the second.
-			half := len(second) / 2
-			if err := pub.write(append(head, second[:half]...)); err != nil {
-				t.Fatal(err)
-			}
-			pub.start()
-			expect[*packet.Connack](t, pub, 5*time.Second)
-			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "first" {
-				t.Fatalf("subscriber got %q, want first", p.Payload)
-			}
-			if qos == 1 {
-				if a := expect[*packet.Puback](t, pub, 5*time.Second); a.PacketID != 1 {
-					t.Fatalf("PUBACK for %d, want 1", a.PacketID)
-				}
-			}
-			if err := pub.write(second[half:]); err != nil {
-				t.Fatal(err)
-			}
-			if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "second" {
-				t.Fatalf("subscriber got %q, want second", p.Payload)
-			}
+			splitDelivery(t, sub, pub, qos, head, second, func() {
+				pub.start()
+				expect[*packet.Connack](t, pub, 5*time.Second)
+			})
 		})
+	}
+}
+
+// splitDelivery writes head and half of second in one write, then (after
+// afterWrite) wants "first" at the subscriber and, at QoS 1, its PUBACK
+// (packet id 1) before it sends the rest of second, which must then be
+// delivered too.
+func splitDelivery(t *testing.T, sub, pub *rawClient, qos byte, head, second []byte, afterWrite func()) {
+	t.Helper()
+	half := len(second) / 2
+	if err := pub.write(append(head, second[:half]...)); err != nil {
+		t.Fatal(err)
+	}
+	afterWrite()
+	if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "first" {
+		t.Fatalf("subscriber got %q, want first", p.Payload)
+	}
+	if qos == 1 {
+		if a := expect[*packet.Puback](t, pub, 5*time.Second); a.PacketID != 1 {
+			t.Fatalf("PUBACK for %d, want 1", a.PacketID)
+		}
+	}
+	// The rest arrives: the second message is delivered too.
+	if err := pub.write(second[half:]); err != nil {
+		t.Fatal(err)
+	}
+	if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "second" {
+		t.Fatalf("subscriber got %q, want second", p.Payload)
 	}
 }
