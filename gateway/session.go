@@ -321,9 +321,18 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		// connection allows [MQTT-4.9.0-2] (v5 Receive Maximum): what is
 		// left waits for acks, oldest first.
 		outstanding := len(s.inflight) - s.unsent
+		az := s.srv.opts.Authorizer
+		var denied []uint16
 		for _, id := range s.order {
 			f := s.inflight[id]
 			if !f.resend {
+				continue
+			}
+			if !f.released && az != nil && !s.mayRead(az, f.q.msg.Topic) {
+				// Sent before a reload (or a restart) denied its topic:
+				// authorization holds for every delivery, a resend too.
+				// A PUBREL carries no message and still goes.
+				denied = append(denied, id)
 				continue
 			}
 			if outstanding >= window {
@@ -337,6 +346,10 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			} else {
 				out = append(out, outgoing{q: f.q, id: id, dup: true}) // [MQTT-4.4.0-1]
 			}
+		}
+		for _, id := range denied {
+			s.forget(id, s.inflight[id])
+			s.srv.stats.deny(deniedDelivery)
 		}
 		s.needResend = s.unsent > 0
 	}
