@@ -86,3 +86,30 @@ func TestSecurityReloadKeepsPubrelResend(t *testing.T) {
 	}
 	alice.send(&packet.Pubcomp{PacketID: p.PacketID})
 }
+
+// The same after a restart with the changed ACL: the message that was in
+// flight, restored from the state store, is not sent again either (the
+// test fails if the ACL is left unchanged: the message is restored).
+func TestSecurityRestartDeniesInflightResend(t *testing.T) {
+	dir := t.TempDir()
+	b, _ := secureBrokerState(t, false, nil, dir, nil)
+	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-ifr", false, login("alice"))
+	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 1})
+	pub := bobPublisher(t, b, "bob-ifr")
+	pub(1, "shared/public/x", "sent-before-restart")
+	if p := alice.nextPublish(10 * time.Second); p.Topic != "shared/public/x" {
+		t.Fatalf("alice got %q", p.Topic)
+	}
+	alice.close() // no acknowledgement: the message stays in flight
+	testutil.Eventually(t, 10*time.Second, "alice-ifr offline", func() bool { _, d := sessions(b); return d == 1 })
+	b.stop()
+
+	b, files := secureBrokerState(t, false, nil, dir, nil)
+	denyPublic(t, files)
+	pub = bobPublisher(t, b, "bob-ifr2")
+	pub(2, "shared/end", "end")
+	alice, _ = rawConnect(t, b.addr, packet.V311, "alice-ifr", false, login("alice"))
+	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
+		t.Fatalf("after a restart with shared/public/# denied, the restored session was sent %q again", got)
+	}
+}
