@@ -101,7 +101,8 @@
 // PUBACK/PUBREC. The bridge is a gateway.AsyncSink: AcceptAsync writes the
 // record at once, on the publisher's reader goroutine and in its order, and
 // the gateway sends the PUBACK/PUBREC when the group commit covering it
-// reports it durable (spool.AppendAsync). The publisher's connection does
+// reports it durable, or acknowledged upstream with the rest of its
+// window (spool.AppendAsync; a covered commit, spool/covered.go). The publisher's connection does
 // not wait meanwhile: it keeps reading publishes (a pipelining publisher
 // gets many messages into one commit window, not one per window) and its
 // PINGREQs are answered at once. A message the spool could not keep gets

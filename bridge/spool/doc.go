@@ -86,7 +86,10 @@
 //     waits, and everyone who wrote meanwhile rides the next one).
 //   - SyncBatch: after the group commit that covers it: the flusher waits
 //     Options.SyncInterval after the first write, then does one fsync for
-//     every record written in that window.
+//     every record written in that window. A commit whose whole window
+//     has been acked upstream by then (waited for briefly when the last
+//     window was acked in time) skips the fsync: a covered commit
+//     (covered.go, Stats.CoveredCommits).
 //   - SyncNone: at once; the spool never fsyncs except on Close, the OS
 //     decides.
 //
@@ -111,7 +114,8 @@
 //
 // Acks are best effort by design (QoS 1 is at-least-once): they are buffered
 // in memory and written to acks.log by the flusher, with an fsync in
-// SyncBatch/SyncAlways, within one SyncInterval. A crash can forget the acks
+// SyncBatch/SyncAlways (a covered commit's within a second), within one
+// SyncInterval. A crash can forget the acks
 // of the last window, so those messages are sent again after a restart.
 // Within one flush the segment is synced before the acks are written, so a
 // durable ack never refers to a record that is not durable.

@@ -102,8 +102,37 @@ func (s *Spool) flush(final bool) {
 	s.batch = nil
 	failed := s.pend.failed
 	s.pend.failed = nil
+	// A window the upstream acknowledges before the fsync needs none
+	// (covered.go).
+	covered := false
+	if s.opts.Sync == SyncBatch && !final && b != nil {
+		s.watchWindowLocked()
+		if time.Since(s.fullCommitAt) < s.opts.coverMaxAge {
+			if s.cover.left > 0 && s.cover.inTime {
+				s.mu.Unlock()
+				s.waitCovered(s.flushTimer())
+				s.mu.Lock()
+				if s.batch == nil && len(s.pend.failed) == 0 {
+					// The acks that kicked meanwhile are this flush's:
+					// no flush is due for them (it would fsync).
+					s.drainKickLocked()
+				}
+			}
+			covered = s.cover.left == 0
+		}
+	}
+	// The ID ceiling is fsynced even so: an ack that reaches the disk
+	// must never name an ID that could be handed out again.
+	idsSync := doSync
+	if covered {
+		// The segments stay unsynced for the next full commit: its fsync
+		// of acks.log comes after theirs.
+		s.cover.commits++
+		doSync = false
+	}
 	var toSync []*segment
 	switch {
+	case covered:
 	case s.opts.Sync != SyncNone:
 		toSync, s.unsynced = s.unsynced, nil
 	case final:
@@ -119,15 +148,17 @@ func (s *Spool) flush(final bool) {
 	acks := s.acks
 	s.acks, s.acksSpare = s.acksSpare[:0], nil
 	var ckpt []byte
-	if (s.ckptDue || len(acks) > 0 && s.ackSize+int64(len(acks))*ackRecSize > s.compactAt) &&
+	if !covered && (s.ckptDue || len(acks) > 0 && s.ackSize+int64(len(acks))*ackRecSize > s.compactAt) &&
 		!time.Now().Before(s.ckptRetryAt) {
-		// The checkpoint holds every removal, acks included.
+		// The checkpoint holds every removal, acks included. Not in a
+		// covered commit: it replaces acks.log, so it is fsynced before
+		// its rename.
 		ckpt = s.checkpointLocked()
 	}
 	s.mu.Unlock()
 
 	var idsErr error
-	if doSync {
+	if idsSync {
 		// The ID ceiling before the records it covers.
 		idsErr = s.syncIDs()
 	}
@@ -152,7 +183,7 @@ func (s *Spool) flush(final bool) {
 		}
 	case len(acks) > 0:
 		ackErr = s.appendAcks(acks, doSync)
-	case final && s.ackUnsynced:
+	case doSync && s.ackUnsynced:
 		s.syncs.Add(1)
 		ackErr = s.ackFile.Sync()
 	}
@@ -165,6 +196,9 @@ func (s *Spool) flush(final bool) {
 		}
 	}
 
+	if doSync && err == nil {
+		s.fullCommitAt = time.Now()
+	}
 	s.mu.Lock()
 	s.acksSpare = acks[:0]
 	if err != nil {
@@ -190,6 +224,15 @@ func (s *Spool) flush(final bool) {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// flushTimer is the flusher's timer for waitCovered. Flusher only.
+func (s *Spool) flushTimer() *time.Timer {
+	if s.graceTimer == nil {
+		s.graceTimer = time.NewTimer(time.Hour)
+		s.graceTimer.Stop()
+	}
+	return s.graceTimer
 }
 
 // syncSegments fsyncs segments, and the directory if one of them is new.

@@ -119,6 +119,11 @@ type Options struct {
 	SegmentSize  int64            // segment file size before rolling; default DefaultSegmentSize, at most 1 GiB
 	Logger       *slog.Logger     // default: discard
 	Now          func() time.Time // the clock expiries are checked against; default time.Now
+
+	// Tests only (covered.go): how long a commit waits for the upstream's
+	// acks, and how old the last full commit may be. Zero: the defaults.
+	coverGrace  time.Duration
+	coverMaxAge time.Duration
 }
 
 // Stats is a snapshot of the spool's state and counters.
@@ -147,6 +152,10 @@ type Stats struct {
 	NoSpace      uint64 // appends refused with ErrNoSpace
 	BytesWritten uint64 // bytes written to the spool's files (flash wear)
 	Syncs        uint64 // fsyncs issued (files and directory)
+	// CoveredCommits are group commits whose records the upstream had
+	// all acknowledged before the fsync, which they therefore skipped
+	// (covered.go).
+	CoveredCommits uint64
 }
 
 // Spool is a durable FIFO of messages; see the package documentation.
@@ -171,6 +180,9 @@ type Spool struct {
 	ckptDue     bool      // a checkpoint is owed (set by Open)
 	ckptRetryAt time.Time // after a failed checkpoint, not before this
 	ackWarnAt   time.Time // last "writing acks failed" warning
+	// fullCommitAt is the end of the last commit that fsynced (covered.go).
+	fullCommitAt time.Time
+	graceTimer   *time.Timer // waitCovered's
 
 	syncs   atomic.Uint64
 	written atomic.Uint64 // bytes written to files
@@ -196,6 +208,7 @@ type Spool struct {
 	wbuf       []byte     // record encoding scratch
 	pend       pending    // records not yet written (pending.go)
 	ahead      readBlock  // read's block; its own lock, a leaf taken without mu
+	cover      coverWatch // the last window, watched for the upstream's acks (covered.go)
 
 	// The ids file (ids.go), guarded by mu; the flusher fsyncs idsFile.
 	idsFile     *os.File
@@ -265,6 +278,12 @@ func Open(opts Options) (*Spool, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.coverGrace <= 0 {
+		opts.coverGrace = coverGrace(opts.SyncInterval)
+	}
+	if opts.coverMaxAge <= 0 {
+		opts.coverMaxAge = coverMaxAge
+	}
 	if opts.Sync > SyncNone {
 		return nil, fmt.Errorf("spool: invalid sync mode %d", opts.Sync)
 	}
@@ -288,11 +307,13 @@ func Open(opts Options) (*Spool, error) {
 		kick:      make(chan struct{}, 1),
 		quit:      make(chan struct{}),
 		dropped:   make(map[DropReason]uint64),
+		cover:     coverWatch{covered: make(chan struct{}, 1)},
 	}
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, err
 	}
+	s.cover.next = s.nextID
 	s.log.Info("spool opened", "dir", opts.Dir, "messages", s.live, "bytes", s.liveBytes,
 		"segments", len(s.segs), "next_id", uint64(s.nextID), "corrupt_tails", s.corrupt,
 		"skipped", s.skipped, "quarantined", s.quarantined)
@@ -619,6 +640,7 @@ func (s *Spool) removeLocked(g *segment, i int, reason DropReason) {
 	s.tally[lane][why]++
 	s.liveLane[lane]--
 	id := g.base + ID(i)
+	s.coverRemovedLocked(id)
 	if k := len(s.acks); k > 0 && s.acks[k-1].last+1 == id && s.acks[k-1].why == why && s.acks[k-1].lane == lane {
 		s.acks[k-1].last = id
 	} else {
@@ -939,6 +961,8 @@ func (s *Spool) Stats() Stats {
 		NoSpace:      s.noSpace,
 		BytesWritten: s.written.Load(),
 		Syncs:        s.syncs.Load(),
+
+		CoveredCommits: s.cover.commits,
 	}
 }
 

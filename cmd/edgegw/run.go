@@ -438,6 +438,7 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 			bs.Spool.Quarantined, bs.Spool.EmptySegments, bs.Spool.AckDamage = ss.Quarantined, ss.EmptySegments, ss.AckDamage
 			bs.Spool.IDGap, bs.Spool.NoSpace = int64(ss.IDGap), int64(ss.NoSpace)
 			bs.Spool.BytesWritten, bs.Spool.Syncs = int64(ss.BytesWritten), int64(ss.Syncs)
+			bs.Spool.CoveredCommits = int64(ss.CoveredCommits)
 		}
 		bs.Ledger = ledgerStatus(b)
 		bs.UpstreamRetried = int64(st.UpstreamRetried)

@@ -48,6 +48,7 @@ type SpoolStatus struct {
 	CorruptTails, Skipped, DamagedBytes, Quarantined, EmptySegments int64 // damage found at open
 	AckDamage, IDGap                                                int64
 	NoSpace, BytesWritten, Syncs                                    int64 // since open
+	CoveredCommits                                                  int64 // since open
 }
 
 // bridgeSeries is one per-bridge value, under its metric name and its
@@ -131,6 +132,8 @@ var bridgeTable = []bridgeSeries{
 		func(b BridgeStatus) float64 { return float64(b.Spool.BytesWritten) }, nil},
 	{"edgegw_bridge_spool_syncs_total", "fsyncs issued by the spool.", true, "spool/syncs",
 		func(b BridgeStatus) float64 { return float64(b.Spool.Syncs) }, nil},
+	{"edgegw_bridge_spool_covered_commits_total", "Spool group commits the upstream had acknowledged whole before their fsync, which they skipped.", true, "spool/covered_commits",
+		func(b BridgeStatus) float64 { return float64(b.Spool.CoveredCommits) }, nil},
 }
 
 // lastErrorMax bounds the error label of edgegw_bridge_last_error_info.

@@ -1,0 +1,290 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// upstreamAcker does what the bridge does with the spool over a link that
+// keeps up: it reads each record as the spool hands it out and acks it at
+// once, unless withhold says the upstream never acknowledges it.
+type upstreamAcker struct {
+	mu    sync.Mutex
+	acked map[ID]bool
+	seen  int
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+func startAcker(t *testing.T, s *Spool, withhold func(ID) bool) *upstreamAcker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &upstreamAcker{acked: map[ID]bool{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		var after ID
+		for {
+			id, _, err := s.Next(ctx, after)
+			if err != nil {
+				return // ctx ended or the spool closed
+			}
+			after = id
+			ack := !withhold(id)
+			a.mu.Lock()
+			a.seen++
+			if ack {
+				a.acked[id] = true // before the Ack, so before any done it allows
+			}
+			a.mu.Unlock()
+			if ack {
+				if err := s.Ack(id); err != nil && !errors.Is(err, ErrClosed) {
+					t.Errorf("Ack %d: %v", id, err)
+				}
+			}
+		}
+	}()
+	t.Cleanup(a.close)
+	return a
+}
+
+func (a *upstreamAcker) close() { a.stop(); <-a.done }
+
+func (a *upstreamAcker) wasAcked(id ID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.acked[id]
+}
+
+// waitSeen waits until the acker has handled n records.
+func (a *upstreamAcker) waitSeen(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a.mu.Lock()
+		seen := a.seen
+		a.mu.Unlock()
+		if seen >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the acker handled %d of %d records", seen, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// windowDone is one AppendAsync completion with what was true when it
+// came: whether the upstream had acked the record, and the spool's fsyncs
+// since the record was appended.
+type windowDone struct {
+	id          ID
+	err         error
+	acked       bool
+	syncsSince  uint64
+	coveredThen uint64
+}
+
+// commitWindow appends n QoS 1 records in one commit window and waits for
+// their dones.
+func commitWindow(t *testing.T, s *Spool, a *upstreamAcker, from, n int) []windowDone {
+	t.Helper()
+	out := make([]windowDone, n)
+	var wg sync.WaitGroup
+	wg.Add(n)
+	before := s.Stats().Syncs
+	for i := range n {
+		m := testMsg(from + i)
+		m.QoS = 1
+		s.AppendAsync(m, func(id ID, err error) {
+			// Called without the spool's locks: Stats is safe here.
+			st := s.Stats()
+			out[i] = windowDone{id, err, a.wasAcked(id), st.Syncs - before, st.CoveredCommits}
+			wg.Done()
+		})
+	}
+	waitWG(t, &wg, 30*time.Second)
+	return out
+}
+
+// With an upstream that acknowledges every window before its commit ends,
+// the commits after the first need no fsync at all, every publisher is
+// still told its message is kept, and what a kill -9 leaves of the files
+// (the page cache) holds the acks: nothing comes back as undelivered.
+func TestCoveredCommitNeedsNoFsync(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		coverGrace: time.Minute, coverMaxAge: time.Hour})
+	a := startAcker(t, s, func(ID) bool { return false })
+
+	const per, windows = 5, 10
+	for _, d := range commitWindow(t, s, a, 0, per) {
+		if d.err != nil {
+			t.Fatalf("first window: %d: %v", d.id, d.err)
+		}
+	}
+	// Every window is acked whole before the next one starts: the
+	// flusher saw the last one acknowledged in time.
+	a.waitSeen(t, per)
+	waitLive(t, s, 0)
+	st0 := s.Stats()
+	for w := 1; w <= windows; w++ {
+		for _, d := range commitWindow(t, s, a, w*per, per) {
+			if d.err != nil || !d.acked {
+				t.Fatalf("window %d: record %d done with %v, acked upstream %v", w, d.id, d.err, d.acked)
+			}
+		}
+		a.waitSeen(t, (w+1)*per)
+		waitLive(t, s, 0)
+		// Sensors pause between readings: an idle gap of several commit
+		// windows, in which the acks that came during the commit's wait
+		// must not start a flush of their own (it would fsync).
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := s.Stats()
+	if got := st.CoveredCommits - st0.CoveredCommits; got != windows {
+		t.Errorf("%d covered commits in %d windows the upstream acked in time", got, windows)
+	}
+	if st.Syncs != st0.Syncs {
+		t.Errorf("%d fsyncs for %d covered windows, want 0", st.Syncs-st0.Syncs, windows)
+	}
+	// kill -9 now: the files as they are (the page cache survives a
+	// crash) reopen with every message delivered.
+	img := copyDir(t, dir)
+	s2 := openT(t, Options{Dir: img, Sync: SyncBatch})
+	st2 := s2.Stats()
+	if l := st2.Ledger; st2.Messages != 0 || l.Sum() != l.Accepted || l.Delivered != (windows+1)*per {
+		t.Fatalf("after kill -9: %d messages live (want 0), ledger %+v", st2.Messages, l)
+	}
+}
+
+// A window the upstream does not acknowledge whole is fsynced before its
+// publishers are told, however the windows around it went: for every
+// done, the record was acked upstream or an fsync came after its append.
+func TestUncoveredWindowIsFsynced(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		coverGrace: 100 * time.Millisecond, coverMaxAge: time.Hour})
+	// Every fourth window has a record the upstream never acknowledges.
+	const per, windows = 4, 24
+	withheld := map[ID]bool{}
+	var wmu sync.Mutex
+	a := startAcker(t, s, func(id ID) bool {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return withheld[id]
+	})
+	st0 := s.Stats()
+	for w := range windows {
+		if w%4 == 3 {
+			wmu.Lock()
+			withheld[s.nextIDForTest()+1] = true
+			wmu.Unlock()
+		}
+		for _, d := range commitWindow(t, s, a, w*per, per) {
+			if d.err != nil {
+				t.Fatalf("window %d: record %d: %v", w, d.id, d.err)
+			}
+			if !d.acked && d.syncsSince == 0 {
+				t.Fatalf("window %d: record %d reported kept with no ack upstream and no fsync", w, d.id)
+			}
+		}
+		a.waitSeen(t, (w+1)*per)
+		waitLive(t, s, int64(len(withheld)))
+	}
+	st := s.Stats()
+	if st.CoveredCommits == st0.CoveredCommits {
+		t.Errorf("no covered commit in %d windows, %d of them acked whole", windows, windows-windows/4)
+	}
+	if st.CoveredCommits-st0.CoveredCommits > windows-windows/4 {
+		t.Errorf("%d covered commits, but only %d windows were acked whole", st.CoveredCommits-st0.CoveredCommits, windows-windows/4)
+	}
+}
+
+// The age bound: with coverMaxAge passed at every commit, no commit is
+// covered, however promptly the upstream acks.
+func TestCoveredCommitAgeBound(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		coverGrace: time.Minute, coverMaxAge: time.Nanosecond})
+	a := startAcker(t, s, func(ID) bool { return false })
+	const per = 3
+	for w := range 6 {
+		before := s.Stats().Syncs
+		for _, d := range commitWindow(t, s, a, w*per, per) {
+			if d.err != nil {
+				t.Fatalf("window %d: %v", w, d.err)
+			}
+		}
+		if s.Stats().Syncs == before {
+			t.Fatalf("window %d: no fsync", w)
+		}
+		a.waitSeen(t, (w+1)*per)
+		waitLive(t, s, 0)
+	}
+	if n := s.Stats().CoveredCommits; n != 0 {
+		t.Fatalf("%d covered commits past the age bound", n)
+	}
+}
+
+// Close while the flusher waits for an upstream ack that never comes: the
+// wait ends, the window is fsynced and its dones get nil.
+func TestCloseDuringCoverWait(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		coverGrace: time.Hour, coverMaxAge: time.Hour})
+	acking := true
+	var amu sync.Mutex
+	a := startAcker(t, s, func(ID) bool {
+		amu.Lock()
+		defer amu.Unlock()
+		return !acking
+	})
+	commitWindow(t, s, a, 0, 3)
+	a.waitSeen(t, 3)
+	waitLive(t, s, 0)
+	for w := 1; w <= 2; w++ { // waited for: the window before was acked in time
+		commitWindow(t, s, a, w*3, 3)
+		a.waitSeen(t, (w+1)*3)
+		waitLive(t, s, 0)
+	}
+	if s.Stats().CoveredCommits == 0 {
+		t.Fatal("no covered commit before the test's point")
+	}
+	amu.Lock()
+	acking = false
+	amu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var got error = errors.New("not called")
+	s.AppendAsync(Message{Topic: "t", Payload: []byte("x"), QoS: 1}, func(_ ID, err error) {
+		got = err
+		wg.Done()
+	})
+	a.waitSeen(t, 10) // the flusher is waiting for its ack now (or soon)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitWG(t, &wg, 30*time.Second)
+	if got != nil {
+		t.Fatalf("done after Close: %v, want nil (fsynced by the final flush)", got)
+	}
+}
+
+// waitLive waits until the spool holds n live records.
+func waitLive(t *testing.T, s *Spool, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Stats().Messages != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d live records, want %d", s.Stats().Messages, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// nextIDForTest is the ID the next append gets, less one.
+func (s *Spool) nextIDForTest() ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextID - 1
+}
