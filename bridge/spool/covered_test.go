@@ -129,8 +129,15 @@ func TestCoveredCommitNeedsNoFsync(t *testing.T) {
 	// flusher saw the last one acknowledged in time.
 	a.waitSeen(t, per)
 	waitLive(t, s, 0)
+	// The first window's acks came after its commit and start a flush of
+	// their own, which may still be due now. A covered window first: its
+	// acks all come during its commit's wait, so when its dones are in,
+	// no flush is due.
+	commitWindow(t, s, a, per, per)
+	a.waitSeen(t, 2*per)
+	waitLive(t, s, 0)
 	st0 := s.Stats()
-	for w := 1; w <= windows; w++ {
+	for w := 2; w <= windows+1; w++ {
 		for _, d := range commitWindow(t, s, a, w*per, per) {
 			if d.err != nil || !d.acked {
 				t.Fatalf("window %d: record %d done with %v, acked upstream %v", w, d.id, d.err, d.acked)
@@ -144,7 +151,9 @@ func TestCoveredCommitNeedsNoFsync(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st := s.Stats()
-	if got := st.CoveredCommits - st0.CoveredCommits; got != windows {
+	// At least one per window: on a busy machine a window's appends may
+	// straddle two commits, both covered.
+	if got := st.CoveredCommits - st0.CoveredCommits; got < windows {
 		t.Errorf("%d covered commits in %d windows the upstream acked in time", got, windows)
 	}
 	if st.Syncs != st0.Syncs {
@@ -155,7 +164,7 @@ func TestCoveredCommitNeedsNoFsync(t *testing.T) {
 	img := copyDir(t, dir)
 	s2 := openT(t, Options{Dir: img, Sync: SyncBatch})
 	st2 := s2.Stats()
-	if l := st2.Ledger; st2.Messages != 0 || l.Sum() != l.Accepted || l.Delivered != (windows+1)*per {
+	if l := st2.Ledger; st2.Messages != 0 || l.Sum() != l.Accepted || l.Delivered != (windows+2)*per {
 		t.Fatalf("after kill -9: %d messages live (want 0), ledger %+v", st2.Messages, l)
 	}
 }
@@ -197,8 +206,68 @@ func TestUncoveredWindowIsFsynced(t *testing.T) {
 	if st.CoveredCommits == st0.CoveredCommits {
 		t.Errorf("no covered commit in %d windows, %d of them acked whole", windows, windows-windows/4)
 	}
-	if st.CoveredCommits-st0.CoveredCommits > windows-windows/4 {
-		t.Errorf("%d covered commits, but only %d windows were acked whole", st.CoveredCommits-st0.CoveredCommits, windows-windows/4)
+}
+
+// Acks of records outside the window (a backlog the upstream takes at
+// last) do not cover it: the flusher waits for this window's own records.
+// The window's one record is never acked; the backlog is acked while the
+// flusher waits for it, and Close ends the wait: its publisher must then
+// be told only after an fsync.
+func TestCoverCountsOnlyItsWindow(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		coverGrace: time.Hour, coverMaxAge: time.Hour})
+	var wmu sync.Mutex
+	withheld := map[ID]bool{}
+	withhold := func(from ID, n int) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		for i := range n {
+			withheld[from+ID(i)] = true
+		}
+	}
+	a := startAcker(t, s, func(id ID) bool {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return withheld[id]
+	})
+	// The backlog: a window the upstream does not take (fsynced).
+	const backlog = 5
+	first := s.nextIDForTest() + 1
+	withhold(first, backlog)
+	commitWindow(t, s, a, 0, backlog)
+	a.waitSeen(t, backlog)
+	// A window acked in time, so that the next commit waits.
+	commitWindow(t, s, a, backlog, 3)
+	a.waitSeen(t, backlog+3)
+	waitLive(t, s, backlog)
+
+	x := s.nextIDForTest() + 1
+	withhold(x, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var got windowDone
+	before := s.Stats().Syncs
+	s.AppendAsync(Message{Topic: "t", Payload: []byte("x"), QoS: 1}, func(id ID, err error) {
+		got = windowDone{id: id, err: err, acked: a.wasAcked(id), syncsSince: s.Stats().Syncs - before}
+		wg.Done()
+	})
+	// The acker has x: its commit has started, and waits for x's ack.
+	a.waitSeen(t, backlog+4)
+	for i := range backlog {
+		if err := s.Ack(first + ID(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitWG(t, &wg, 30*time.Second)
+	if got.id != x || got.err != nil {
+		t.Fatalf("done(%d, %v), want (%d, nil)", got.id, got.err, x)
+	}
+	if got.acked || got.syncsSince == 0 {
+		t.Fatalf("record %d reported kept with no ack upstream (acked %v) and %d fsyncs since its append",
+			x, got.acked, got.syncsSince)
 	}
 }
 
