@@ -271,6 +271,42 @@ func TestCoverCountsOnlyItsWindow(t *testing.T) {
 	}
 }
 
+// When the messages stop after a covered commit, a full commit still
+// comes within coverMaxAge of the last one: the covered windows' records
+// and acks do not wait on disk unsynced for the next message, which may
+// be hours away.
+func TestCoveredCommitSyncedWhenIdle(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		coverGrace: time.Hour, coverMaxAge: 200 * time.Millisecond})
+	a := startAcker(t, s, func(ID) bool { return false })
+	const per = 3
+	deadline := time.Now().Add(30 * time.Second)
+	for w := 0; s.Stats().CoveredCommits == 0; w++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no covered commit in %d windows", w)
+		}
+		commitWindow(t, s, a, w*per, per)
+		a.waitSeen(t, (w+1)*per)
+		waitLive(t, s, 0)
+	}
+	// Idle now. The covered commit left its segment unsynced.
+	before := s.Stats().Syncs
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		unsynced := len(s.unsynced)
+		s.mu.Unlock()
+		if unsynced == 0 && s.Stats().Syncs > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle for 10 s after a covered commit (cover max age 200 ms): %d segments unsynced, %d fsyncs",
+				unsynced, s.Stats().Syncs-before)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // The age bound: with coverMaxAge passed at every commit, no commit is
 // covered, however promptly the upstream acks.
 func TestCoveredCommitAgeBound(t *testing.T) {
