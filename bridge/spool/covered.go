@@ -22,10 +22,11 @@ package spool
 //     acks without fsync, so the next fsync of acks.log comes after the
 //     segments' (flush keeps that order);
 //   - bounded duplicates after a power cut: a covered commit is taken only
-//     within coverMaxAge of the last full one, so acks reach the disk at
-//     least that often while records flow (after a power cut at most that
-//     much more is sent again; at least once, as before). kill -9 loses
-//     nothing the page cache holds.
+//     within coverMaxAge of the last full one, and one owes a full commit
+//     by then (the flusher wakes for it if no message comes: flushLoop),
+//     so acks reach the disk at most coverMaxAge after they are written
+//     (after a power cut at most that much more is sent again; at least
+//     once, as before). kill -9 loses nothing the page cache holds.
 //
 // What it costs: when the guess is wrong (the link slowed down) the
 // window's publishers wait up to coverGrace longer; the next window then

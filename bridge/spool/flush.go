@@ -12,17 +12,35 @@ import (
 // ticks while idle), holds the batch window open, then flushes: fsync of the
 // active segment, acks to acks.log, and completion of the waiting Appends
 // and AppendAsyncs.
+//
+// After a covered commit (covered.go) it also wakes when the full commit
+// it owes is due, coverMaxAge after the last one, if no flush came first:
+// the covered windows' records and acks must not wait unsynced for the
+// next message, which may be hours away.
 func (s *Spool) flushLoop() {
 	defer s.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	owed := time.NewTimer(time.Hour)
+	owed.Stop()
+	defer owed.Stop()
 	for {
+		var due <-chan time.Time
+		if s.coverOwed {
+			owed.Reset(time.Until(s.fullCommitAt.Add(s.opts.coverMaxAge)))
+			due = owed.C
+		}
 		select {
 		case <-s.kick:
+		case <-due:
+			// Past coverMaxAge: this flush is a full commit.
+			s.flush(false)
+			continue
 		case <-s.quit:
 			s.flush(true)
 			return
 		}
+		owed.Stop()
 		if !s.window(t) {
 			s.flush(true)
 			return
@@ -128,6 +146,7 @@ func (s *Spool) flush(final bool) {
 		// The segments stay unsynced for the next full commit: its fsync
 		// of acks.log comes after theirs.
 		s.cover.commits++
+		s.coverOwed = true
 		doSync = false
 	}
 	var toSync []*segment
@@ -198,6 +217,7 @@ func (s *Spool) flush(final bool) {
 
 	if doSync && err == nil {
 		s.fullCommitAt = time.Now()
+		s.coverOwed = false
 	}
 	s.mu.Lock()
 	s.acksSpare = acks[:0]

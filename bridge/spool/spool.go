@@ -182,7 +182,11 @@ type Spool struct {
 	ackWarnAt   time.Time // last "writing acks failed" warning
 	// fullCommitAt is the end of the last commit that fsynced (covered.go).
 	fullCommitAt time.Time
-	graceTimer   *time.Timer // waitCovered's
+	// coverOwed: a covered commit left records or acks unsynced; the
+	// flusher wakes for a full commit coverMaxAge after fullCommitAt.
+	// Flusher only.
+	coverOwed  bool
+	graceTimer *time.Timer // waitCovered's
 
 	syncs   atomic.Uint64
 	written atomic.Uint64 // bytes written to files
