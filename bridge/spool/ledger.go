@@ -38,8 +38,12 @@ package spool
 // SyncBatch may also lose records written in the last window, never
 // confirmed to a QoS 1/2 publisher: their IDs are above the highest found
 // and become part of the gap (not accepted). A QoS 0 message in that
-// window was accepted and is not counted: the one case where what the
-// gateway took and what the ledger says differ, bounded by one window.
+// window was accepted and is not counted, bounded by one window. So are
+// the records of covered commits (covered.go) since the last full one, at
+// most coverMaxAge: confirmed to their publishers on the upstream's acks,
+// they may vanish with their acks; those whose acks vanish too are above
+// the highest found (gap). These are the cases where what the gateway
+// took and what the ledger says differ.
 
 import (
 	"encoding/binary"
