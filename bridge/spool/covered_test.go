@@ -314,6 +314,80 @@ func TestCoveredCommitSyncedWhenIdle(t *testing.T) {
 	}
 }
 
+// A window the upstream has not acknowledged by the next commit makes
+// that commit fsync at once, without waiting for its acks, even though
+// the windows before were acknowledged in time.
+func TestNoCoverWaitAfterUnackedWindow(t *testing.T) {
+	const maxAge = 300 * time.Millisecond
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		coverGrace: time.Hour, coverMaxAge: maxAge})
+	var wmu sync.Mutex
+	withheld := map[ID]bool{}
+	withhold := func() ID {
+		wmu.Lock()
+		defer wmu.Unlock()
+		id := s.nextIDForTest() + 1
+		withheld[id] = true
+		return id
+	}
+	a := startAcker(t, s, func(id ID) bool {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return withheld[id]
+	})
+	// One record a window, so that a window is one commit. Acked in
+	// time (the grace is an hour): the next commit would wait ...
+	commitWindow(t, s, a, 0, 1)
+	a.waitSeen(t, 1)
+	waitLive(t, s, 0)
+	// ... but it comes after the age bound, so it does not: a window
+	// fsynced at once, which the upstream does not ack. The age is
+	// counted from the end of the flush that took window 0's acks (its
+	// fsync may still run when they are taken: a margin for it).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.mu.Lock()
+		taken := len(s.acks) == 0
+		s.mu.Unlock()
+		if taken {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("window 0's acks not taken by a flush")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for t0 := time.Now(); time.Since(t0) <= maxAge+700*time.Millisecond; {
+		time.Sleep(10 * time.Millisecond) // the time must pass; nothing to poll
+	}
+	withhold()
+	if d := commitWindow(t, s, a, 1, 1); d[0].err != nil || d[0].syncsSince == 0 {
+		t.Fatalf("window 1: done %v after %d fsyncs", d[0].err, d[0].syncsSince)
+	}
+	a.waitSeen(t, 2)
+	// The next commit: the window before is not acked, so it does not
+	// wait. Its record is acked (by the test) only once its commit has
+	// started; had the commit waited, the ack would cover it.
+	y := withhold()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var got windowDone
+	before := s.Stats().Syncs
+	s.AppendAsync(Message{Topic: "t", Payload: []byte("y"), QoS: 1}, func(id ID, err error) {
+		got = windowDone{id: id, err: err, syncsSince: s.Stats().Syncs - before}
+		wg.Done()
+	})
+	a.waitSeen(t, 3) // handed out: its commit has started
+	if err := s.Ack(y); err != nil {
+		t.Fatal(err)
+	}
+	waitWG(t, &wg, 30*time.Second)
+	if got.id != y || got.err != nil || got.syncsSince == 0 {
+		t.Fatalf("window 2: done(%d, %v) after %d fsyncs; want (%d, nil) after an fsync",
+			got.id, got.err, got.syncsSince, y)
+	}
+}
+
 // The age bound: with coverMaxAge passed at every commit, no commit is
 // covered, however promptly the upstream acks.
 func TestCoveredCommitAgeBound(t *testing.T) {
