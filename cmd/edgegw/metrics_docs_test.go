@@ -153,7 +153,9 @@ bridges:
 				n++
 			}
 		}
-		return n == drops && sys["$SYS/bridge/cloud/last_error"]
+		// The ledger's topics come after last_error (metrics.BridgeSys).
+		return n == drops && sys["$SYS/bridge/cloud/last_error"] &&
+			sys["$SYS/bridge/cloud/ledger"] && sys["$SYS/bridge/cloud/ledger/adds_up"]
 	})
 	mu.Lock()
 	defer mu.Unlock()
