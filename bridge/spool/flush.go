@@ -204,7 +204,7 @@ func (s *Spool) flush(final bool) {
 		ackErr = s.appendAcks(acks, doSync)
 	case doSync && s.ackUnsynced:
 		s.syncs.Add(1)
-		ackErr = s.ackFile.Sync()
+		ackErr = s.fsync(s.ackPath(), s.ackFile)
 	}
 	if ackErr != nil || idsErr != nil {
 		// Not fatal: a lost ack means a duplicate upstream after a restart.
@@ -263,7 +263,7 @@ func (s *Spool) syncSegments(segs []*segment) error {
 	for _, g := range segs {
 		s.syncs.Add(1)
 		// os.ErrClosed: deleted meanwhile, all its records are gone.
-		if e := g.f.Sync(); e != nil && !errors.Is(e, os.ErrClosed) && err == nil {
+		if e := s.fsync(g.path, g.f); e != nil && !errors.Is(e, os.ErrClosed) && err == nil {
 			err = fmt.Errorf("spool: sync %s: %w", filepath.Base(g.path), e)
 		}
 		dir = dir || g.newFile
@@ -304,7 +304,7 @@ func (s *Spool) appendAcks(acks []ackRange, doSync bool) error {
 		return nil
 	}
 	s.syncs.Add(1)
-	return s.ackFile.Sync()
+	return s.fsync(s.ackPath(), s.ackFile)
 }
 
 // checkpointLocked encodes a complete acks.log: 1..W removed, where W is
@@ -378,8 +378,10 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ err
 	}
 	n, err := f.Write(data)
 	s.written.Add(uint64(n))
+	var size int64 = -1
 	if err == nil && doSync {
 		s.syncs.Add(1)
+		size = s.sizeForHook(f)
 		err = f.Sync()
 	}
 	if err == nil {
@@ -403,6 +405,35 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ err
 		if err := syncDir(s.opts.Dir); err != nil {
 			return true, fmt.Errorf("write acks checkpoint: sync dir: %w", err)
 		}
+		if s.opts.synced != nil {
+			s.opts.synced(s.ackPath(), size) // durable under its new name now
+		}
 	}
 	return true, nil
+}
+
+// ackPath is acks.log's path.
+func (s *Spool) ackPath() string { return filepath.Join(s.opts.Dir, ackFileName) }
+
+// fsync fsyncs f (at path) and tells the test hook (Options.synced).
+func (s *Spool) fsync(path string, f *os.File) error {
+	size := s.sizeForHook(f)
+	err := f.Sync()
+	if err == nil && s.opts.synced != nil {
+		s.opts.synced(path, size)
+	}
+	return err
+}
+
+// sizeForHook is f's size before an fsync, for the test hook: what the
+// fsync covers at least. -1 without a hook.
+func (s *Spool) sizeForHook(f *os.File) int64 {
+	if s.opts.synced == nil {
+		return -1
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
 }

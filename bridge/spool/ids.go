@@ -174,7 +174,7 @@ func (s *Spool) syncIDs() error {
 		return nil
 	}
 	s.syncs.Add(1)
-	err := f.Sync()
+	err := s.fsync(filepath.Join(s.opts.Dir, idsFileName), f)
 	if err == nil && dirNew {
 		s.syncs.Add(1)
 		err = syncDir(s.opts.Dir)

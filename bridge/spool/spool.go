@@ -124,6 +124,9 @@ type Options struct {
 	// acks, and how old the last full commit may be. Zero: the defaults.
 	coverGrace  time.Duration
 	coverMaxAge time.Duration
+	// Tests only (power_test.go): called after each fsync of a file with
+	// its path and its size before the fsync began (what it covers).
+	synced func(path string, size int64)
 }
 
 // Stats is a snapshot of the spool's state and counters.
