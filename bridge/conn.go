@@ -56,11 +56,15 @@ const writeChunk = 4 << 10
 // Write takes one packet from paho (paho writes one per call), rewrites
 // its packet id and hands it to the batch writer.
 func (c *deadlineConn) Write(p []byte) (int, error) {
+	var pid uint16
 	if c.store != nil {
-		rewriteOutgoing(c.store, p)
+		pid = rewriteOutgoing(c.store, p)
 	}
 	n, err := c.w.Write(p)
 	c.budget.wrote(n)
+	if pid != 0 && err == nil {
+		c.store.markWritten(pid) // a direct publish may follow it (direct.go)
+	}
 	return n, err
 }
 

@@ -52,6 +52,18 @@ type outbound struct {
 	wire uint16   // the packet id on the wire: pickWireID's
 	pkt  packets.ControlPacket
 	done chan struct{} // closed by Del: PUBACK or PUBCOMP arrived
+	// written is closed (and wrote set, under the store's mu) when the
+	// PUBLISH paho holds for it passed the connection's Write
+	// (markWritten): a publish the bridge writes itself must not
+	// overtake it (direct.go). Set before paho sees the entry (announce,
+	// All), not changed while a sender runs.
+	written chan struct{}
+	wrote   bool
+	// direct: a QoS 1 publish the bridge wrote itself (direct.go), with
+	// the message it carries; paho does not know it (pid 0) until a
+	// resumed session hands it to paho to re-send (adoptDirectLocked).
+	direct bool
+	msg    spool.Message
 }
 
 // released reports whether the broker sent PUBREC for it (it is a PUBREL
@@ -91,7 +103,7 @@ func newUplinkStore(complete func(rec spool.ID)) *uplinkStore {
 // spool record rec, under wire id wire (pickWire); the sender calls it
 // just before Publish.
 func (s *uplinkStore) announce(rec spool.ID, wire uint16) *outbound {
-	e := &outbound{rec: rec, wire: wire, done: make(chan struct{})}
+	e := &outbound{rec: rec, wire: wire, done: make(chan struct{}), written: make(chan struct{})}
 	s.mu.Lock()
 	s.next = e
 	s.mu.Unlock()
@@ -203,18 +215,19 @@ func (s *uplinkStore) pendingPubrels() []<-chan struct{} {
 func (s *uplinkStore) doneChans() []<-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	chs := make([]<-chan struct{}, 0, len(s.out))
-	for _, e := range s.out {
+	chs := make([]<-chan struct{}, 0, len(s.wire))
+	for _, e := range s.wire { // paho's entries and the direct ones
 		chs = append(chs, e.done)
 	}
 	return chs
 }
 
-// len returns the number of publishes not yet completed.
+// len returns the number of publishes not yet completed, paho's and the
+// direct ones.
 func (s *uplinkStore) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.out)
+	return len(s.wire)
 }
 
 func (s *uplinkStore) sortedLocked() []*outbound {
@@ -280,14 +293,21 @@ func (s *uplinkStore) Get(key string) packets.ControlPacket {
 
 // All returns the outbound keys oldest record first (the order paho
 // re-sends them in), then the inbound ones. paho calls it only to resume
-// a persistent session on connect.
+// a persistent session on connect: the QoS 1 publishes the bridge wrote
+// itself become paho's first (adoptDirectLocked), so that paho re-sends
+// them with the QoS 2 flows, in the same order, under their wire ids
+// with DUP set (3.1.1) [MQTT-4.4.0-1] [MQTT-3.3.1-1].
 func (s *uplinkStore) All() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.adoptDirectLocked()
 	s.resumed.Add(uint64(len(s.out)))
 	keys := make([]string, 0, len(s.out)+len(s.in))
 	for _, e := range s.sortedLocked() {
 		keys = append(keys, "o."+strconv.Itoa(int(e.pid)))
+		if _, ok := e.pkt.(*packets.PublishPacket); ok {
+			e.written, e.wrote = make(chan struct{}), false // closed as paho re-sends it
+		}
 	}
 	in := make([]string, 0, len(s.in))
 	for k := range s.in {
@@ -323,9 +343,9 @@ func (s *uplinkStore) Del(key string) {
 }
 
 // Reset is called by paho on a clean-session connect: the broker forgot
-// the session, so nothing can be completed any more. The entries are
-// dropped without completing them; their records stay in the spool and
-// the sender sends them again as new messages.
+// the session, so nothing can be completed any more. The entries, the
+// direct ones too, are dropped without completing them; their records
+// stay in the spool and the sender sends them again as new messages.
 func (s *uplinkStore) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

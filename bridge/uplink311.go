@@ -14,6 +14,11 @@ import (
 type uplink311 struct {
 	*uplink
 	client mqtt.Client
+
+	// The sender's (direct.go): the last PUBLISH left to paho, until it
+	// was written, and the buffer a direct PUBLISH is encoded in.
+	pahoTail <-chan struct{}
+	wbuf     []byte
 }
 
 // serve runs a connected MQTT 3.1.1 uplink until it is lost or ctx ends.
@@ -52,8 +57,11 @@ func (s *uplink311) drain() {
 }
 
 // resumed returns the publishes paho re-sent from the store on connect,
-// oldest first (protocol).
+// oldest first (protocol); the QoS 1 publishes the bridge wrote itself
+// are among them (direct.go). Nothing new is written directly before the
+// last of them was.
 func (s *uplink311) resumed() []inflight {
+	s.pahoTail = s.b.store.resendTail()
 	var fs []inflight
 	for _, e := range s.b.store.pending() {
 		fs = append(fs, inflight{id: e.rec, out: e, done: e.done})
@@ -77,12 +85,17 @@ func (s *uplink311) refuse(spool.Message, int) byte { return 0 }
 
 // claim announces record f.id to the store under a free wire id
 // (protocol): a QoS 2 publish waits while a record 65535 apart holds its
-// own (wireid.go).
+// own (wireid.go). A QoS 1 publish is the bridge's own (direct.go), a
+// QoS 2 one paho's.
 func (s *uplink311) claim(ctx context.Context, f *inflight, m spool.Message, _ int) bool {
 	for {
 		w, busy := s.b.store.pickWire(f.id, m.QoS)
 		if busy == nil {
-			f.out = s.b.store.announce(f.id, w)
+			if m.QoS == 1 {
+				f.out = s.b.store.announceDirect(f.id, w, m)
+			} else {
+				f.out = s.b.store.announce(f.id, w)
+			}
 			return true
 		}
 		select {
@@ -93,16 +106,22 @@ func (s *uplink311) claim(ctx context.Context, f *inflight, m spool.Message, _ i
 	}
 }
 
-// publish hands m to paho (protocol). paho's Publish is asynchronous: its
-// token reports the write (QoS 0) or a failure, and the acker waits for
-// it; nothing ends here.
-func (s *uplink311) publish(_ context.Context, f *inflight, m spool.Message) (bool, error) {
+// publish writes a QoS 0 or 1 message itself (direct.go; QoS 0 is
+// complete once written, QoS 1 at its PUBACK) and hands a QoS 2 one to
+// paho (protocol). paho's Publish is asynchronous: its token reports a
+// failure, and the acker waits for it; nothing ends here.
+func (s *uplink311) publish(ctx context.Context, f *inflight, m spool.Message) (bool, error) {
+	if m.QoS < 2 {
+		wrote, err := s.writeDirect(ctx, f, m)
+		return m.QoS == 0 && wrote, err
+	}
 	f.tok = s.client.Publish(m.Topic, m.QoS, m.Retain, m.Payload)
 	if f.out != nil && !s.b.store.taken(f.out) {
 		f.out = nil // refused by paho: its token carries the error
 	}
 	if f.out != nil {
 		f.done = f.out.done
+		s.pahoTail = f.out.written
 	}
 	return false, nil
 }

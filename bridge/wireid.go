@@ -68,33 +68,38 @@ const (
 
 // rewriteOutgoing rewrites paho's packet id to the wire id in p if p is
 // exactly one PUBLISH (QoS 1/2) or PUBREL, which is how paho writes them
-// (one Write per packet). Anything else passes unchanged.
-func rewriteOutgoing(st *uplinkStore, p []byte) {
+// (one Write per packet). Anything else passes unchanged. It returns
+// paho's id of a PUBLISH (0: p is none).
+func rewriteOutgoing(st *uplinkStore, p []byte) (publish uint16) {
 	if len(p) < 4 {
-		return
+		return 0
 	}
 	typ := p[0] >> 4
 	if typ != typePublish && typ != typePubrel {
-		return
+		return 0
 	}
 	rl, hl := remainingLength(p)
 	if hl == 0 || hl+rl != len(p) {
-		return
+		return 0
 	}
 	off := hl
 	if typ == typePublish {
 		if (p[0]>>1)&3 == 0 || len(p) < hl+2 {
-			return
+			return 0
 		}
 		off += 2 + (int(p[hl])<<8 | int(p[hl+1]))
 	}
 	if off+2 > len(p) {
-		return
+		return 0
 	}
 	pid := uint16(p[off])<<8 | uint16(p[off+1])
 	if w := st.wireOf(pid); w != 0 {
 		p[off], p[off+1] = byte(w>>8), byte(w)
 	}
+	if typ != typePublish {
+		return 0
+	}
+	return pid
 }
 
 // remainingLength decodes the fixed header of the packet at the start of
@@ -194,9 +199,14 @@ func (r *ackRewriter) bodyStart() {
 	}
 }
 
-// ack passes on the held ack packet with paho's id, or drops it.
+// ack passes on the held ack packet with paho's id, or drops it. A
+// PUBACK of a publish the bridge wrote itself completes it here
+// (direct.go) and is not passed on.
 func (r *ackRewriter) ack(out []byte) []byte {
 	w := uint16(r.hold[2])<<8 | uint16(r.hold[3])
+	if r.hold[0]>>4 == typePuback && r.st.completeDirect(w) {
+		return out
+	}
 	pid := r.st.pahoOf(w, r.hold[0]>>4 == typePubrec)
 	if pid == 0 {
 		return out
