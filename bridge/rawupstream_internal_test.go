@@ -40,6 +40,7 @@ type RawUpstream struct {
 	received map[string]int      // PUBLISH packets per payload (re-sends included)
 	dups     int                 // PUBLISH with DUP set
 	rels     int                 // PUBREL packets
+	wire     []RawPacket         // every PUBLISH and PUBREL read, in order
 	refuseV5 bool                // answer a version 5 CONNECT as a 3.1.1-only broker does
 	v5       int                 // version 5 CONNECTs seen
 }
@@ -154,6 +155,7 @@ func (u *RawUpstream) serve(c net.Conn) {
 			reply = ack
 		case *packets.PublishPacket:
 			pl := string(p.Payload)
+			u.wire = append(u.wire, RawPacket{Conn: u.conns, Type: "PUBLISH", Payload: pl, ID: p.MessageID, QoS: p.Qos, Dup: p.Dup})
 			u.received[pl]++
 			if p.Dup {
 				u.dups++
@@ -170,6 +172,7 @@ func (u *RawUpstream) serve(c net.Conn) {
 				reply = a
 			}
 		case *packets.PubrelPacket:
+			u.wire = append(u.wire, RawPacket{Conn: u.conns, Type: "PUBREL", Payload: u.byID[p.MessageID], ID: p.MessageID, QoS: 2})
 			u.rels++
 			if u.rule[u.byID[p.MessageID]] != NoPubcomp {
 				a := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
@@ -196,6 +199,25 @@ func (u *RawUpstream) serve(c net.Conn) {
 			}
 		}
 	}
+}
+
+// RawPacket is a PUBLISH or PUBREL as the server read it: on which
+// connection (1 the first), its packet id, QoS and DUP flag, and the
+// payload of the PUBLISH it carries or releases.
+type RawPacket struct {
+	Conn    int
+	Type    string // "PUBLISH" or "PUBREL"
+	Payload string
+	ID      uint16
+	QoS     byte
+	Dup     bool
+}
+
+// Wire returns every PUBLISH and PUBREL read so far, in order.
+func (u *RawUpstream) Wire() []RawPacket {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.wire)
 }
 
 // IDsOf returns the packet ids under which a PUBLISH of payload arrived
