@@ -26,6 +26,22 @@ func publishBacklog(t *testing.T, c mqtt.Client, topic string, qos byte, prefix 
 	}
 }
 
+// driftReading is the prefix of a backlog reading of about 100 bytes (a
+// sensor's), with its number appended; slowLink the link (bytes/s each
+// way) the auto-window drains run over, so that they take seconds
+// whatever the bridge's speed.
+const (
+	driftReading = "b-reading-of-a-sensor-about-one-hundred-bytes-long-like-those-a-fleet-sends-every-few-seconds-"
+	slowLink     = 128 << 10
+)
+
+func linkName(window int) string {
+	if window == bridge.MaxInflightAuto {
+		return "128 KiB/s"
+	}
+	return "unlimited"
+}
+
 // outage makes the uplink go down and stay down until the returned func.
 func outage(t *testing.T, px *proxy, b *running) (end func()) {
 	t.Helper()
@@ -57,6 +73,19 @@ func testHighFirst(t *testing.T, proto string, window int) {
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
 	px.setAckDelay(5 * time.Millisecond) // an uplink with a round trip: the drain takes a while
+	prefix := "b"
+	if window == bridge.MaxInflightAuto {
+		// The auto window starts at 64 KiB: 2,000 readings of 25 bytes
+		// fit in it whole, so "at most the window ahead of the alarm"
+		// allowed the whole backlog, and the test passed only while the
+		// bridge took longer to write 2,000 publishes than the alarm took
+		// to be committed (paho's goroutine chain did). With 100-byte
+		// readings (a sensor's) on a link of 128 KiB/s the backlog is
+		// about four initial windows and drains for about 2 s whatever
+		// the bridge's speed, and the window is what the link carries.
+		prefix = driftReading
+		px.setLink(0, slowLink)
+	}
 	cfg := testConfig(t, "b1", px.url())
 	cfg.Protocol = proto
 	cfg.MaxInflight = window
@@ -70,7 +99,7 @@ func testHighFirst(t *testing.T, proto string, window int) {
 	lc := client(t, gw.addr, "local-pub")
 
 	end := outage(t, px, b)
-	publishBacklog(t, lc, "bulk/t", 1, "b", backlog)
+	publishBacklog(t, lc, "bulk/t", 1, prefix, backlog)
 	end()
 	testutil.Eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 100 })
 	before := upSub.len()
@@ -86,8 +115,8 @@ func testHighFirst(t *testing.T, proto string, window int) {
 		ahead++
 	}
 	testutil.Eventually(t, 30*time.Second, "the backlog upstream", func() bool { return countDistinct(upSub.all(), "site/bulk/t") == backlog })
-	t.Logf("HIGH-FIRST MQTT %s, backlog %d bulk, max_inflight %d (0: auto), ack delay 5ms: alarm published with %d bulk upstream, arrived after %d (latency %s)",
-		proto, backlog, cfg.MaxInflight, before, ahead, latency)
+	t.Logf("HIGH-FIRST MQTT %s, backlog %d bulk of %d bytes, max_inflight %d (0: auto), ack delay 5ms: alarm published with %d bulk upstream, arrived after %d (latency %s)",
+		proto, backlog, len(prefix)+3, cfg.MaxInflight, before, ahead, latency)
 	if p := b.Stats().Protocol; p != proto {
 		t.Fatalf("uplink protocol %q, want %s", p, proto)
 	}
@@ -130,6 +159,24 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
 	px.setAckDelay(5 * time.Millisecond)
+	prefix := map[byte]string{'b': "b", 'l': "l"}
+	if window == bridge.MaxInflightAuto {
+		// The live messages are published one at a time, each once the
+		// previous one reached the cloud's subscriber, so the test needs
+		// a backlog that is still draining after ten such round trips.
+		// With readings of 25 bytes on an unlimited link it lasted only
+		// as long as the bridge was slow to write them (paho's goroutine
+		// chain: 1.7 s); written directly, the bridge handed all 3,000 to
+		// mosquitto in about 0.5 s, faster than mosquitto delivers them
+		// to one QoS 1 subscriber, and the later live messages were
+		// published after the backlog had left the bridge (each live one
+		// still went before the backlog not yet sent). With 100-byte
+		// readings on a link of 128 KiB/s the drain lasts about 3 s
+		// whatever the bridge's speed: what the test asserts is the order
+		// of what the bridge still has to send.
+		prefix = map[byte]string{'b': driftReading, 'l': "l" + driftReading[1:]}
+		px.setLink(0, slowLink)
+	}
 	cfg := testConfig(t, "b1", px.url())
 	cfg.Protocol = proto
 	cfg.CleanSession = false
@@ -143,7 +190,7 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	lc := client(t, gw.addr, "local-pub")
 
 	end := outage(t, px, b)
-	publishBacklog(t, lc, "sensors/t", qos, "b", backlog)
+	publishBacklog(t, lc, "sensors/t", qos, prefix['b'], backlog)
 	end()
 	testutil.Eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 50 })
 	if reset {
@@ -161,8 +208,8 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	var worst time.Duration
 	for i := range live {
 		sent := time.Now()
-		publish(t, lc, "sensors/t", qos, "l"+strconv.Itoa(i))
-		testutil.Eventually(t, 20*time.Second, "live message upstream", func() bool { return upSub.has("site/sensors/t", "l"+strconv.Itoa(i)) })
+		publish(t, lc, "sensors/t", qos, prefix['l']+strconv.Itoa(i))
+		testutil.Eventually(t, 20*time.Second, "live message upstream", func() bool { return upSub.has("site/sensors/t", prefix['l']+strconv.Itoa(i)) })
 		worst = max(worst, time.Since(sent))
 	}
 	testutil.Eventually(t, 30*time.Second, "everything upstream", func() bool {
@@ -183,7 +230,7 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 		}
 		seen[m.payload] = true
 		part := m.payload[0]
-		if want := string(part) + strconv.Itoa(next[part]); m.payload != want {
+		if want := prefix[part] + strconv.Itoa(next[part]); m.payload != want {
 			t.Fatalf("out of order within its part: got %s, want %s", m.payload, want)
 		}
 		next[part]++
@@ -196,8 +243,8 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	if next['b'] != backlog || next['l'] != live {
 		t.Fatalf("got %d backlog and %d live messages", next['b'], next['l'])
 	}
-	t.Logf("DRAIN MQTT %s %s: backlog %d QoS %d, max_inflight %d (0: auto), backlog_share 25%%, ack delay 5ms, reset mid-drain %v: worst live latency %s (live published one at a time), everything upstream %s after the first live one; last live at position %d, last backlog at %d; %d duplicates",
-		proto, drain, backlog, qos, cfg.MaxInflight, reset, worst.Round(time.Millisecond), drained.Round(time.Millisecond), lastLive, lastBacklog, dups)
+	t.Logf("DRAIN MQTT %s %s: backlog %d QoS %d of %d bytes, max_inflight %d (0: auto), backlog_share 25%%, ack delay 5ms, link %s, reset mid-drain %v: worst live latency %s (live published one at a time), everything upstream %s after the first live one; last live at position %d, last backlog at %d; %d duplicates",
+		proto, drain, backlog, qos, len(prefix['b'])+3, cfg.MaxInflight, linkName(window), reset, worst.Round(time.Millisecond), drained.Round(time.Millisecond), lastLive, lastBacklog, dups)
 	if drain == bridge.DrainLiveFirst && lastLive > lastBacklog {
 		t.Errorf("live-first: a live message arrived after the whole backlog")
 	}
