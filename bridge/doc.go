@@ -33,6 +33,8 @@
 //	MQTT 3.1.1        MQTT 5
 //	connect311.go     connect5.go     CONNECT, subscriptions
 //	uplink311.go      uplink5.go      the protocol's part of send and ack
+//	direct.go                         QoS 0/1 publishes the bridge writes
+//	                                  itself (QoS 2 goes through paho)
 //	session311.go     session5.go     the MQTT session: in-flight flows,
 //	                                  re-sent on reconnect
 //	wireid.go                         packet ids on the wire (paho's are
@@ -55,11 +57,16 @@
 //	               once per group commit: it sends the batch in one go),
 //	               the window (window.go acquire) takes it, and the
 //	               protocol (uplink311.go or uplink5.go claim, publish;
-//	               session311.go or session5.go) hands it to the client,
-//	               onto the wire (conn.go, wireid.go, batchwrite.go)
-//	session311.go  the PUBACK/PUBCOMP ends its flow (Del; over MQTT 5
-//	               session5.go PacketReceived, uplink5.go ended5), which
-//	               acks its record (ack.go completed: spool Ack)
+//	               session311.go or session5.go) puts it on the wire
+//	               (conn.go, wireid.go, batchwrite.go): over MQTT 3.1.1
+//	               a QoS 0/1 publish is written by the sender itself
+//	               (direct.go writeDirect), a QoS 2 one handed to paho
+//	session311.go  the PUBACK/PUBCOMP ends its flow (3.1.1 QoS 1:
+//	               wireid.go ackRewriter, direct.go completeDirect;
+//	               QoS 2: paho's Del; over MQTT 5 session5.go
+//	               PacketReceived, uplink5.go ended5), which acks its
+//	               record (ack.go completed: spool Ack); a QoS 0 publish
+//	               is complete once written
 //	ack.go         ack: the flow ended in send order (uplink311.go or
 //	               uplink5.go finish: a refusal for now goes back to the
 //	               picker), its room in the window is freed
@@ -125,6 +132,13 @@
 // connection arrives twice (at most the publishes that were in flight).
 // With drain live-first, messages accepted during the current connection
 // go before the older backlog, which gets backlog_share of the window.
+//
+// Over MQTT 3.1.1 with a persistent session (clean_session: false) the
+// QoS 1/2 publishes a lost connection left unacknowledged are re-sent
+// first on the next connection, before anything new, oldest record first
+// (QoS 1 and 2 mixed), under their packet ids: a PUBLISH with DUP set, or
+// a QoS 2 flow's PUBREL (direct.go, session311.go,
+// TestReconnectResendsUnackedQoS1); over MQTT 5, session5.go.
 //
 // QoS 2 is exactly once across reconnects when the upstream session is
 // persistent (clean_session: false): the bridge's paho store outlives each
@@ -232,6 +246,7 @@
 //	uplink.go      the owner, the sender and the acker
 //	uplink5.go     the MQTT 5 uplink: Receive Maximum, reason codes
 //	session311.go  exactly once across reconnects (paho's store)
+//	direct.go      QoS 0/1 written without paho, and re-sent by it
 //	session5.go    the MQTT 5 session state (paho.golang's SessionManager)
 //	wireid.go      packet ids on the wire
 //	window.go      how much is in flight upstream

@@ -35,7 +35,7 @@ func testReconnectResends(t *testing.T, clean bool) {
 		"m2": bridge.NoPuback, "m3": bridge.NoPubrec, "m4": bridge.NoPuback,
 		"m5": bridge.NoPubcomp, "m6": bridge.NoPuback,
 	}
-	qosOf := func(i int) byte { return byte(1 + i%2) } // even QoS 1, odd QoS 2
+	qosOf := func(i int) byte { return byte(1 + i%2) }     // even QoS 1, odd QoS 2
 	up := bridge.StartRawUpstream(t, maps.Clone(withheld)) // it clears its copy (AnswerEverything)
 	gw := startGateway(t)
 	cfg := testConfig(t, "b1", up.URL())

@@ -21,9 +21,11 @@ package bridge
 //     is in flight (idle costs nothing).
 //
 // The spool is the source of truth for what is still to be delivered. The
-// QoS 1/2 publishes paho has taken are also in the bridge's uplinkStore,
-// shared by all its paho clients (session311.go): with a persistent upstream
-// session paho re-sends them on connect under their original packet ids,
+// QoS 1/2 publishes in flight over MQTT 3.1.1 (paho's QoS 2 ones and the
+// QoS 1 ones the bridge writes itself, direct.go) are also in the bridge's
+// uplinkStore, shared by all its paho clients (session311.go): with a
+// persistent upstream session paho re-sends them on connect under their
+// original packet ids,
 // which is what makes QoS 2 exactly once across reconnects, and the sender
 // skips them in the spool. With a clean session the store is emptied on
 // connect and the sender re-sends everything from the spool.
