@@ -41,6 +41,7 @@ type RawUpstream struct {
 	dups     int                 // PUBLISH with DUP set
 	rels     int                 // PUBREL packets
 	wire     []RawPacket         // every PUBLISH and PUBREL read, in order
+	down     bool                // close every new connection at once (SetDown)
 	refuseV5 bool                // answer a version 5 CONNECT as a 3.1.1-only broker does
 	v5       int                 // version 5 CONNECTs seen
 }
@@ -89,6 +90,11 @@ func (u *RawUpstream) accept() {
 			return
 		}
 		u.mu.Lock()
+		if u.down {
+			u.mu.Unlock()
+			c.Close()
+			continue
+		}
 		if u.conn != nil {
 			u.conn.Close() // one session, one connection (a takeover)
 		}
@@ -107,6 +113,14 @@ func (u *RawUpstream) Drop() {
 	if u.conn != nil {
 		u.conn.Close()
 	}
+}
+
+// SetDown makes the server close every new connection at once (true),
+// an upstream that is down, or serve them again (false).
+func (u *RawUpstream) SetDown(down bool) {
+	u.mu.Lock()
+	u.down = down
+	u.mu.Unlock()
 }
 
 // AnswerEverything clears the withholding rules.

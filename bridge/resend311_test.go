@@ -20,7 +20,9 @@ import (
 // unacknowledged flows, in the order of their records, QoS 1 and 2
 // mixed: each QoS 1 and unreceived QoS 2 PUBLISH under the packet id it
 // first had with DUP set (3.1.1) [MQTT-4.4.0-1] [MQTT-3.3.1-1], the
-// PUBREL of a received QoS 2 one; only then anything new. With a clean
+// PUBREL of a received QoS 2 one; only then anything new, even what was
+// spooled during the outage and waits for the sender the moment the
+// connection is up. With a clean
 // session they are sent again as new messages (DUP clear). Either way
 // nothing is lost and the first copies keep the local order.
 func TestReconnectResendsUnackedQoS1(t *testing.T) {
@@ -30,7 +32,7 @@ func TestReconnectResendsUnackedQoS1(t *testing.T) {
 }
 
 func testReconnectResends(t *testing.T, clean bool) {
-	const n, more = 10, 2 // m0..m9 before the drop, m10 m11 after it
+	const n, more = 10, 6 // m0..m9 before the drop, m10..m15 during the outage, m16 after it
 	withheld := map[string]bridge.Withhold{
 		"m2": bridge.NoPuback, "m3": bridge.NoPubrec, "m4": bridge.NoPuback,
 		"m5": bridge.NoPubcomp, "m6": bridge.NoPuback,
@@ -71,19 +73,25 @@ func testReconnectResends(t *testing.T, clean bool) {
 		}
 	}
 
+	// The upstream goes down; m10..m15 are spooled meanwhile, so the
+	// sender has them to write the moment the next connection is up.
 	conns := b.Stats().Connects
 	up.AnswerEverything()
+	up.SetDown(true)
 	up.Drop()
+	b.waitState(t, bridge.Disconnected)
+	for i := n; i < n+more; i++ {
+		pub(i)
+	}
+	up.SetDown(false)
 	testutil.Eventually(t, 10*time.Second, "the reconnect", func() bool {
 		st := b.Stats()
 		return st.Connects > conns && st.State == bridge.Connected
 	})
-	for i := n; i < n+more; i++ {
-		pub(i)
-	}
+	pub(n + more)
 	testutil.Eventually(t, 10*time.Second, "everything acked", func() bool {
 		st := b.Stats()
-		return st.Acked == n+more && st.SpoolMessages == 0
+		return st.Acked == n+more+1 && st.SpoolMessages == 0
 	})
 
 	var second []bridge.RawPacket
@@ -103,8 +111,8 @@ func testReconnectResends(t *testing.T, clean bool) {
 			t.Fatalf("first copies out of order: %v", order)
 		}
 	}
-	if len(order) != n+more {
-		t.Fatalf("upstream got %d distinct messages, want %d: %v", len(order), n+more, order)
+	if len(order) != n+more+1 {
+		t.Fatalf("upstream got %d distinct messages, want %d: %v", len(order), n+more+1, order)
 	}
 	var got []string
 	for _, p := range second {
@@ -116,7 +124,7 @@ func testReconnectResends(t *testing.T, clean bool) {
 	if clean {
 		// The broker forgot the session: the unanswered records go again
 		// as new messages, oldest first, then the new ones.
-		for _, i := range []int{2, 3, 4, 5, 6, 10, 11} {
+		for _, i := range []int{2, 3, 4, 5, 6, 10, 11, 12, 13, 14, 15, 16} {
 			want = append(want, "PUBLISH m"+strconv.Itoa(i)+" dup=false")
 		}
 	} else {
@@ -129,7 +137,9 @@ func testReconnectResends(t *testing.T, clean bool) {
 			}
 			want = append(want, fmt.Sprintf("PUBLISH %s id=%d dup=true", m, first[m]))
 		}
-		want = append(want, "PUBLISH m10 dup=false", "PUBLISH m11 dup=false")
+		for i := n; i <= n+more; i++ {
+			want = append(want, "PUBLISH m"+strconv.Itoa(i)+" dup=false")
+		}
 	}
 	var have []string
 	sent := make(map[string]bool) // PUBLISHed on connection 2
