@@ -54,7 +54,8 @@ type outbound struct {
 	done chan struct{} // closed by Del: PUBACK or PUBCOMP arrived
 	// written is closed (and wrote set, under the store's mu) when the
 	// PUBLISH paho holds for it passed the connection's Write
-	// (markWritten): a publish the bridge writes itself must not
+	// (markWritten), or its flow completed (Del: the reader may see the
+	// ack first): a publish the bridge writes itself must not
 	// overtake it (direct.go). Set before paho sees the entry (announce,
 	// All), not changed while a sender runs.
 	written chan struct{}
@@ -334,6 +335,13 @@ func (s *uplinkStore) Del(key string) {
 	if e != nil {
 		delete(s.out, pid)
 		delete(s.wire, e.wire)
+		// Its PUBLISH was written, though the reader may complete the
+		// flow before paho's Write returns to mark it (markWritten): a
+		// sender waiting for it (direct.go pahoTail) must not wait on.
+		if e.written != nil && !e.wrote {
+			close(e.written)
+			e.wrote = true
+		}
 	}
 	s.mu.Unlock()
 	if e != nil {
