@@ -61,6 +61,7 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
 			return b.dial(ctx, uri, b.store, &s.slot, onTimeout)
 		})
 	s.client = mqtt.NewClient(o)
+	s.keepalive, _ = s.client.(keepaliveClient) // direct.go inUse
 	tok := s.client.Connect()
 	select {
 	case <-tok.Done():

@@ -49,6 +49,7 @@ package bridge
 
 import (
 	"context"
+	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
@@ -154,7 +155,38 @@ func (s *uplink311) writeDirect(ctx context.Context, f *inflight, m spool.Messag
 	s.wbuf = appendPublish311(s.wbuf[:0], m, w)
 	n, err := c.w.Write(s.wbuf)
 	c.budget.wrote(n)
+	if err == nil {
+		s.toldSent = s.inUse(s.toldSent, keepaliveClient.UpdateLastSent)
+	}
 	return err == nil, err
+}
+
+// keepaliveClient is what paho's client (1.5.1) offers to be told of
+// traffic: its keepalive pings when it has neither sent nor received
+// anything for a keepalive period, and it sees neither the PUBLISHes the
+// bridge writes itself nor their PUBACKs. Pinging a busy connection is
+// not only useless (any packet counts, (3.1.1) [MQTT-3.1.2-23]): on a
+// slow link the PINGREQ waits behind the window's bytes and its PINGRESP
+// behind their PUBACKs, longer than the ping timeout, and paho drops a
+// healthy uplink in the middle of a drain (TestBusyUplinkNeedsNoPing).
+type keepaliveClient interface {
+	UpdateLastSent()
+	UpdateLastReceived()
+}
+
+// inUse tells paho's keepalive (update) of traffic, at most every
+// quarter keepalive (each report allocates), and returns when it last
+// told it.
+func (s *uplink311) inUse(told time.Time, update func(keepaliveClient)) time.Time {
+	if s.keepalive == nil {
+		return told
+	}
+	now := time.Now()
+	if now.Sub(told) < s.b.cfg.KeepAlive/4 {
+		return told
+	}
+	update(s.keepalive)
+	return now
 }
 
 // appendPublish311 appends an MQTT 3.1.1 PUBLISH of m at QoS 0 or 1 (w:

@@ -19,6 +19,11 @@ type uplink311 struct {
 	// was written, and the buffer a direct PUBLISH is encoded in.
 	pahoTail <-chan struct{}
 	wbuf     []byte
+	// paho's keepalive, told of the traffic it does not see (direct.go
+	// inUse): the sender's last report of a write, the acker's of a
+	// PUBACK read.
+	keepalive          keepaliveClient
+	toldSent, toldRead time.Time
 }
 
 // serve runs a connected MQTT 3.1.1 uplink until it is lost or ctx ends.
@@ -131,6 +136,9 @@ func (s *uplink311) publish(ctx context.Context, f *inflight, m spool.Message) (
 // can complete without one (resume's claimID,
 // TestTokenCompletedByResumeIsNotAnAck).
 func (s *uplink311) finish(f inflight) bool {
+	if f.out != nil && f.tok == nil {
+		s.toldRead = s.inUse(s.toldRead, keepaliveClient.UpdateLastReceived) // its PUBACK was read (direct.go)
+	}
 	if f.out == nil {
 		if f.st.qos > 0 { // paho refused it without an error: never the case in 1.5.1
 			s.teardown(fmt.Errorf("publish of record %d completed without being stored", f.id))
