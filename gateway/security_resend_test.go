@@ -24,6 +24,20 @@ func denyPublic(t *testing.T, files *auth.Files) {
 	}
 }
 
+// publishFlow publishes body on topic at qos (1 or 2) as packet id 1 and
+// completes the flow.
+func publishFlow(t *testing.T, c *rawClient, qos byte, topic, body string) {
+	t.Helper()
+	c.send(&packet.Publish{QoS: qos, PacketID: 1, Topic: topic, Payload: []byte(body)})
+	if qos == 1 {
+		expect[*packet.Puback](t, c, 10*time.Second)
+		return
+	}
+	expect[*packet.Pubrec](t, c, 10*time.Second)
+	c.send(&packet.Pubrel{PacketID: 1})
+	expect[*packet.Pubcomp](t, c, 10*time.Second)
+}
+
 // A message sent to a persistent session but not yet acknowledged when
 // its connection dropped is not sent again after a reload denied its
 // topic: the resend of an in-flight QoS 1 or QoS 2 PUBLISH is a delivery,
@@ -36,14 +50,7 @@ func TestSecurityReloadDeniesInflightResend(t *testing.T) {
 			alice, _ := rawConnect(t, b.addr, packet.V311, id, false, login("alice"))
 			alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: qos})
 			bob, _ := rawConnect(t, b.addr, packet.V311, id+"-bob", true, login("bob"))
-			bob.send(&packet.Publish{QoS: qos, PacketID: 1, Topic: "shared/public/x", Payload: []byte("sent-before-reload")})
-			if qos == 1 {
-				expect[*packet.Puback](t, bob, 10*time.Second)
-			} else {
-				expect[*packet.Pubrec](t, bob, 10*time.Second)
-				bob.send(&packet.Pubrel{PacketID: 1})
-				expect[*packet.Pubcomp](t, bob, 10*time.Second)
-			}
+			publishFlow(t, bob, qos, "shared/public/x", "sent-before-reload")
 			if p := alice.nextPublish(10 * time.Second); p.Topic != "shared/public/x" || p.QoS != qos {
 				t.Fatalf("alice got %q at QoS %d", p.Topic, p.QoS)
 			}
@@ -69,10 +76,7 @@ func TestSecurityReloadKeepsPubrelResend(t *testing.T) {
 	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-rel", false, login("alice"))
 	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 2})
 	bob, _ := rawConnect(t, b.addr, packet.V311, "bob-rel", true, login("bob"))
-	bob.send(&packet.Publish{QoS: 2, PacketID: 1, Topic: "shared/public/x", Payload: []byte("delivered")})
-	expect[*packet.Pubrec](t, bob, 10*time.Second)
-	bob.send(&packet.Pubrel{PacketID: 1})
-	expect[*packet.Pubcomp](t, bob, 10*time.Second)
+	publishFlow(t, bob, 2, "shared/public/x", "delivered")
 	p := alice.nextPublish(10 * time.Second)
 	alice.send(&packet.Pubrec{PacketID: p.PacketID})
 	expect[*packet.Pubrel](t, alice, 10*time.Second)
