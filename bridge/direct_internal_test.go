@@ -3,6 +3,8 @@ package bridge
 import (
 	"testing"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/edgegw/edgegw/bridge/spool"
 )
 
@@ -47,4 +49,14 @@ func TestPahoTailReleasedWhenCompletedFirst(t *testing.T) {
 			t.Fatal("the wait for the re-sent PUBLISHes is never released")
 		}
 	})
+}
+
+// The direct path tells paho's keepalive of its traffic through an
+// interface assertion (direct.go keepaliveClient), which would fail
+// silently if paho renamed the methods: busy uplinks would be pinged and
+// dropped again (TestBusyUplinkNeedsNoPing). This says so at once.
+func TestPahoClientTakesKeepaliveReports(t *testing.T) {
+	if _, ok := mqtt.NewClient(mqtt.NewClientOptions()).(keepaliveClient); !ok {
+		t.Fatal("paho's client has no UpdateLastSent/UpdateLastReceived: the direct path cannot tell its keepalive of traffic")
+	}
 }
