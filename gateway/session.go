@@ -328,10 +328,13 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			if !f.resend {
 				continue
 			}
-			if !f.released && az != nil && !s.mayRead(az, f.q.msg.Topic) {
+			if f.q.qos == 1 && az != nil && !s.mayRead(az, f.q.msg.Topic) {
 				// Sent before a reload (or a restart) denied its topic:
 				// authorization holds for every delivery, a resend too.
-				// A PUBREL carries no message and still goes.
+				// Only QoS 1: a QoS 2 receiver may hold the packet id
+				// until its PUBREL [MQTT-4.3.3-2], and would discard a
+				// later message sent under the same id as a duplicate.
+				// A flow once started is completed (docs/security.md).
 				denied = append(denied, id)
 				continue
 			}
