@@ -44,8 +44,12 @@ package bridge
 // e2df27e): gateway CPU 10.4, 9.7, 9.8 % of a core (mean 10.0) against
 // 11.2, 11.1, 10.0 % (mean 10.8), 195-208 against 201-225 µs per message;
 // wakeups 1,206-1,389/s against 1,215-1,445/s. About -0.8 points, less
-// than a single run's noise (one paho run was 10.0 %); an earlier
-// experiment on an older main measured -1.6 to -2.2.
+// than a single run's noise (one paho run was 10.0 %). Four more pairs on
+// a quieter machine (load 0.5 to 1.2, before the review's keepalive
+// fix): 9.4, 10.0, 10.2, 10.4 % (mean 10.0) against 10.7, 11.3, 12.8,
+// 11.0 % (mean 11.45), lower in every pair (bench/README.md, "Issue 16,
+// session 6"); an earlier experiment on an older main measured -1.6 to
+// -2.2.
 
 import (
 	"context"
