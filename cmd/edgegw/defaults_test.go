@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -64,10 +62,7 @@ func agree(t *testing.T, what string, fromConfig, lib any, unmapped map[string]s
 // TestSlowSubscriberAfterReachesTheBroker: limits.slow_subscriber_after
 // from a config file is the broker's flow-control threshold (docs/config.md).
 func TestSlowSubscriberAfterReachesTheBroker(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "edgegw.yaml")
-	if err := os.WriteFile(path, []byte("limits:\n  slow_subscriber_after: 3s\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, "limits:\n  slow_subscriber_after: 3s\n")
 	cfg, err := config.Load(path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -75,8 +70,7 @@ func TestSlowSubscriberAfterReachesTheBroker(t *testing.T) {
 	if got := gatewayOptions(cfg).FlowStall; got != 3*time.Second {
 		t.Fatalf("FlowStall %v, want 3s", got)
 	}
-	os.WriteFile(path, []byte("limits:\n  slow_subscriber_after: 0s\n"), 0o600)
-	if _, err := config.Load(path, nil); err == nil || !strings.Contains(err.Error(), "limits.slow_subscriber_after") {
+	if _, err := config.Load(writeConfig(t, "limits:\n  slow_subscriber_after: 0s\n"), nil); err == nil || !strings.Contains(err.Error(), "limits.slow_subscriber_after") {
 		t.Fatalf("0s accepted or the error does not name the key: %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -39,13 +38,12 @@ func TestBinaryIdleOnOneProcessor(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("env=%q", tc.env), func(t *testing.T) {
 			addr, maddr := freePort(t), freePort(t)
-			cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
-			os.WriteFile(cfg, []byte(fmt.Sprintf(`
+			cfg := writeConfig(t, fmt.Sprintf(`
 log: {level: info}
 listeners:
   - {name: lan, type: tcp, address: "%s"}
 metrics: {address: "%s"}
-`, addr, maddr)), 0o600)
+`, addr, maddr))
 			t.Setenv("GOMAXPROCS", "")
 			if tc.env != "" {
 				k, v, _ := strings.Cut(tc.env, "=")
