@@ -77,20 +77,27 @@ func TestRawReadKeepsConnReadSemantics(t *testing.T) {
 // a takeover do) ends a reader waiting in Read, as it ends conn.Read.
 func TestRawReadCloseEndsAWait(t *testing.T) {
 	srv, raw, _ := socketPair(t)
-	done := make(chan error, 1)
-	go func() {
+	closeWhileWaiting(t, srv, "Read", func() error {
 		_, err := Read(raw, make([]byte, 1), true)
-		done <- err
-	}()
+		return err
+	})
+}
+
+// closeWhileWaiting runs op, which waits on the socket, closes it
+// (srv.Close) meanwhile, and wants op to end with net.ErrClosed.
+func closeWhileWaiting(t *testing.T, srv interface{ Close() error }, what string, op func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- op() }()
 	time.Sleep(20 * time.Millisecond) // let it wait (the result is the same if it has not yet)
 	srv.Close()
 	select {
 	case err := <-done:
 		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("got %v; want net.ErrClosed", err)
+			t.Fatalf("%s: got %v; want net.ErrClosed", what, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("a waiting Read outlived its connection")
+		t.Fatalf("a waiting %s outlived its connection", what)
 	}
 }
 

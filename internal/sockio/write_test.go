@@ -34,18 +34,10 @@ func TestWriteEndsTheWayConnWriteDoes(t *testing.T) {
 	t.Run("closed while waiting", func(t *testing.T) {
 		srv, raw, _ := socketPair(t)
 		fillSocket(t, raw)
-		done := make(chan error, 1)
-		go func() { _, err := Write(raw, make([]byte, 1<<20)); done <- err }()
-		time.Sleep(20 * time.Millisecond) // let it wait (the result is the same if it has not yet)
-		srv.Close()
-		select {
-		case err := <-done:
-			if !errors.Is(err, net.ErrClosed) {
-				t.Fatalf("got %v; want net.ErrClosed", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a waiting Write outlived its connection")
-		}
+		closeWhileWaiting(t, srv, "Write", func() error {
+			_, err := Write(raw, make([]byte, 1<<20))
+			return err
+		})
 		if n, err := Write(raw, []byte("x")); n != 0 || !errors.Is(err, net.ErrClosed) {
 			t.Fatalf("Write after close: %d, %v; want 0, net.ErrClosed", n, err)
 		}
