@@ -1,15 +1,9 @@
 package gateway_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
-
-	"github.com/edgegw/edgegw/gateway"
-	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/gateway/packet"
 )
 
@@ -27,19 +21,7 @@ func TestLoginFloodAnsweredServerBusy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out the tarpit's schedule (about 7 s)")
 	}
-	h, err := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "passwd")
-	if err := os.WriteFile(path, []byte("alice:"+string(h)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	files := &auth.Files{PasswordFile: path}
-	if err := files.Load(); err != nil {
-		t.Fatal(err)
-	}
-	b := startBroker(t, gateway.Options{Authenticator: files, Authorizer: files})
+	b := aliceBroker(t)
 	attempt := func(v packet.Version, pw string) *rawClient {
 		rc := rawDial(t, b.addr, v)
 		rc.send(&packet.Connect{ProtocolName: "MQTT", Version: v, ClientID: "", CleanStart: true, KeepAlive: 30,

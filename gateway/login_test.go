@@ -15,11 +15,10 @@ import (
 	"github.com/edgegw/edgegw/gateway/packet"
 )
 
-// TestWrongPasswordsAnsweredAndSlowed: logins with a wrong password, in
-// parallel, each get their CONNACK (bad user name or password) and are
-// counted; the host's next attempt waits in the tarpit and, with the right
-// password, succeeds and clears it.
-func TestWrongPasswordsAnsweredAndSlowed(t *testing.T) {
+// aliceBroker starts a broker whose password file has one user, alice,
+// with the password "right".
+func aliceBroker(t *testing.T) *broker {
+	t.Helper()
 	h, err := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +31,15 @@ func TestWrongPasswordsAnsweredAndSlowed(t *testing.T) {
 	if err := files.Load(); err != nil {
 		t.Fatal(err)
 	}
-	b := startBroker(t, gateway.Options{Authenticator: files, Authorizer: files})
+	return startBroker(t, gateway.Options{Authenticator: files, Authorizer: files})
+}
+
+// TestWrongPasswordsAnsweredAndSlowed: logins with a wrong password, in
+// parallel, each get their CONNACK (bad user name or password) and are
+// counted; the host's next attempt waits in the tarpit and, with the right
+// password, succeeds and clears it.
+func TestWrongPasswordsAnsweredAndSlowed(t *testing.T) {
+	b := aliceBroker(t)
 	login := func(v packet.Version, pw string) (packet.ReasonCode, error) {
 		rc := rawDial(t, b.addr, v)
 		defer rc.close()
