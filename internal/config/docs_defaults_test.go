@@ -105,44 +105,31 @@ func TestConfigDocDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	rendered := renderedDefaults(t)
-	section, checked := "", 0
-	for n, line := range strings.Split(string(raw), "\n") {
-		switch {
-		case strings.HasPrefix(line, "## "):
-			section = ""
-		case strings.HasPrefix(line, "### "):
-			section = strings.TrimPrefix(line, "### ")
-		case strings.HasPrefix(line, "Each `topics` entry"):
-			section = "bridges.topics"
-		case section != "" && strings.HasPrefix(line, "| `"):
-			cells := strings.Split(strings.ReplaceAll(line, `\|`, "¦"), "|") // `a` \| `b` is one cell
-			if len(cells) < 5 {
-				t.Fatalf("%s:%d: a key row without a default column: %q", configDoc, n+1, line)
+	checked := 0
+	for _, r := range configDocRows(string(raw)) {
+		if len(r.cells) < 5 {
+			t.Fatalf("%s:%d: a key row without a default column: %q", configDoc, r.n, r.key)
+		}
+		key, n := r.key, r.n
+		cell := strings.TrimSpace(r.cells[3])
+		if _, ok := docDefaultExceptions[key]; ok {
+			continue
+		}
+		if !strings.HasPrefix(cell, "`") {
+			if !strings.HasPrefix(cell, "—") {
+				t.Errorf("%s:%d: %s: default %q is neither a `value` nor — (required)", configDoc, n, key, cell)
 			}
-			key := strings.Trim(strings.TrimSpace(cells[1]), "`")
-			if top, _, _ := strings.Cut(section, "."); !strings.HasPrefix(key, top+".") {
-				key = section + "." + key
-			}
-			cell := strings.TrimSpace(cells[3])
-			if _, ok := docDefaultExceptions[key]; ok {
-				continue
-			}
-			if !strings.HasPrefix(cell, "`") {
-				if !strings.HasPrefix(cell, "—") {
-					t.Errorf("%s:%d: %s: default %q is neither a `value` nor — (required)", configDoc, n+1, key, cell)
-				}
-				continue
-			}
-			want := strings.SplitN(cell, "`", 3)[1]
-			got, ok := rendered[key]
-			if !ok {
-				t.Errorf("%s:%d: %s: no rendered default (keys: %v)", configDoc, n+1, key, reflect.ValueOf(rendered).MapKeys())
-				continue
-			}
-			checked++
-			if !sameValue(want, got) {
-				t.Errorf("%s:%d: %s: the page says the default is %q, check-config prints %q", configDoc, n+1, key, want, got)
-			}
+			continue
+		}
+		want := strings.SplitN(cell, "`", 3)[1]
+		got, ok := rendered[key]
+		if !ok {
+			t.Errorf("%s:%d: %s: no rendered default (keys: %v)", configDoc, n, key, reflect.ValueOf(rendered).MapKeys())
+			continue
+		}
+		checked++
+		if !sameValue(want, got) {
+			t.Errorf("%s:%d: %s: the page says the default is %q, check-config prints %q", configDoc, n, key, want, got)
 		}
 	}
 	if checked < 50 {

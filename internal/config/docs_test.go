@@ -14,6 +14,39 @@ const configDoc = "../../docs/config.md"
 // "did you mean").
 var typoExamples = []string{"listeners[0].adress"}
 
+// docRow is one key row of docs/config.md's tables.
+type docRow struct {
+	n     int      // line number
+	key   string   // the full key
+	cells []string // the row's cells; an escaped \| stays inside its cell (as ¦)
+}
+
+// configDocRows returns the key rows of docs/config.md: "| `key` | ...",
+// relative to the "### section" above them (and to bridges.topics after
+// "Each `topics` entry").
+func configDocRows(page string) []docRow {
+	var rows []docRow
+	section := ""
+	for n, line := range strings.Split(page, "\n") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			section = ""
+		case strings.HasPrefix(line, "### "):
+			section = strings.TrimPrefix(line, "### ")
+		case strings.HasPrefix(line, "Each `topics` entry"):
+			section = "bridges.topics"
+		case section != "" && strings.HasPrefix(line, "| `"):
+			key := strings.TrimPrefix(line, "| `")
+			key = key[:strings.Index(key, "`")]
+			if top, _, _ := strings.Cut(section, "."); !strings.HasPrefix(key, top+".") {
+				key = section + "." + key
+			}
+			rows = append(rows, docRow{n + 1, key, strings.Split(strings.ReplaceAll(line, `\|`, "¦"), "|")})
+		}
+	}
+	return rows
+}
+
 // TestConfigDoc keeps docs/config.md and the schema in step: every key of
 // the schema has a row in a table of its section, and every key the page
 // names (in a table or in `section.key` form in the text) exists.
@@ -32,30 +65,12 @@ func TestConfigDoc(t *testing.T) {
 		return false
 	}
 
-	// Table rows: "| `key` | ...", relative to the "### section" above
-	// them (and to bridges.topics after "Each `topics` entry").
 	documented := map[string]bool{}
-	section := ""
-	for n, line := range strings.Split(string(raw), "\n") {
-		switch {
-		case strings.HasPrefix(line, "## "):
-			section = ""
-		case strings.HasPrefix(line, "### "):
-			section = strings.TrimPrefix(line, "### ")
-		case strings.HasPrefix(line, "Each `topics` entry"):
-			section = "bridges.topics"
-		case section != "" && strings.HasPrefix(line, "| `"):
-			key := strings.TrimPrefix(line, "| `")
-			key = key[:strings.Index(key, "`")]
-			top, _, _ := strings.Cut(section, ".")
-			if !strings.HasPrefix(key, top+".") {
-				key = section + "." + key
-			}
-			if !exists(key) {
-				t.Errorf("%s:%d: documents %q, which is not a config key", configDoc, n+1, key)
-			}
-			documented[key] = true
+	for _, r := range configDocRows(string(raw)) {
+		if !exists(r.key) {
+			t.Errorf("%s:%d: documents %q, which is not a config key", configDoc, r.n, r.key)
 		}
+		documented[r.key] = true
 	}
 	for _, k := range schema {
 		if !documented[k] {
