@@ -138,33 +138,9 @@ metrics: {address: "%s"}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			sub := exec.CommandContext(ctx, "mosquitto_sub", "-h", host, "-p", port, "-V", v, "-t", "#", "-v", "-C", "1", "-W", "15", "-q", "2")
-			out, _ := sub.StdoutPipe()
-			if err := sub.Start(); err != nil {
-				t.Fatal(err)
-			}
-			// Publish until the subscriber is surely subscribed and has its message.
-			lines := make(chan string, 1)
-			go func() {
-				b, _ := io.ReadAll(out)
-				lines <- string(b)
-			}()
-			var got string
-			deadline := time.After(15 * time.Second)
-		loop:
-			for {
-				pub := exec.CommandContext(ctx, "mosquitto_pub", "-h", host, "-p", port, "-V", v, "-t", "a/b", "-m", "hi", "-q", "2")
-				if b, err := pub.CombinedOutput(); err != nil {
-					t.Fatalf("mosquitto_pub: %v %s", err, b)
-				}
-				select {
-				case got = <-lines:
-					break loop
-				case <-time.After(300 * time.Millisecond):
-				case <-deadline:
-					t.Fatal("mosquitto_sub got nothing")
-				}
-			}
-			sub.Wait()
+			got := publishUntilPrinted(t, sub, func() *exec.Cmd {
+				return exec.CommandContext(ctx, "mosquitto_pub", "-h", host, "-p", port, "-V", v, "-t", "a/b", "-m", "hi", "-q", "2")
+			}, 15*time.Second)
 			if strings.TrimSpace(got) != "a/b hi" {
 				t.Fatalf("mosquitto_sub printed %q", got)
 			}
@@ -256,5 +232,39 @@ func TestPasswdCommand(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(file); !strings.Contains(string(b), "alice:$2") || !strings.Contains(string(b), "bob:$2") {
 		t.Errorf("password file = %q", b)
+	}
+}
+
+// publishUntilPrinted starts sub (a mosquitto_sub that prints one message
+// and exits) and runs pub every 300 ms until sub has printed, whose
+// SUBSCRIBE cannot be seen from here; it returns what sub printed.
+func publishUntilPrinted(t *testing.T, sub *exec.Cmd, pub func() *exec.Cmd, within time.Duration) string {
+	t.Helper()
+	out, err := sub.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(out)
+		lines <- string(b)
+	}()
+	deadline := time.After(within)
+	for {
+		p := pub()
+		if b, err := p.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", p.Args, err, b)
+		}
+		select {
+		case got := <-lines:
+			sub.Wait()
+			return got
+		case <-time.After(300 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("%v printed nothing within %s", sub.Args, within)
+		}
 	}
 }

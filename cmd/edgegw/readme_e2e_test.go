@@ -71,36 +71,8 @@ func TestBinaryReadmeFirstRun(t *testing.T) {
 	inNS := func(args ...string) *exec.Cmd {
 		return exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "--"}, args...)...)
 	}
-	sub := inNS("mosquitto_sub", "-t", "#", "-v", "-C", "1", "-W", "20")
-	out, err := sub.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(out)
-		lines <- string(b)
-	}()
-	// Publish until the subscriber, whose SUBSCRIBE we cannot see, prints.
-	var got string
-	deadline := time.After(20 * time.Second)
-publish:
-	for {
-		if b, err := inNS("mosquitto_pub", "-t", "a/b", "-m", "hi", "-q", "2").CombinedOutput(); err != nil {
-			t.Fatalf("mosquitto_pub -t a/b -m hi -q 2: %v\n%s", err, b)
-		}
-		select {
-		case got = <-lines:
-			break publish
-		case <-time.After(300 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("mosquitto_sub -t '#' -v printed nothing")
-		}
-	}
-	sub.Wait()
+	got := publishUntilPrinted(t, inNS("mosquitto_sub", "-t", "#", "-v", "-C", "1", "-W", "20"),
+		func() *exec.Cmd { return inNS("mosquitto_pub", "-t", "a/b", "-m", "hi", "-q", "2") }, 20*time.Second)
 	if strings.TrimSpace(got) != "a/b hi" {
 		t.Fatalf("mosquitto_sub -t '#' -v printed %q, want \"a/b hi\"", got)
 	}
