@@ -3,7 +3,10 @@
 # same run. See bench/README.md. Knobs (environment):
 #   BENCH_DURATION   per scenario and broker (default 10s)
 #   BENCH_SCENARIOS  space-separated subset (default: all, see below)
-#   BENCH_BROKERS    "edgegw mosquitto" (default)
+#   BENCH_BROKERS    "edgegw mosquitto" (default); for sensors and
+#                    sensors-local also gofloor, gofloor-epoll (the Go
+#                    floor, bench/gofloor; bench/floor.sh runs them)
+#   BENCH_RESULTS    where the table and raw results go (default bench/results)
 #   BENCH_IDLE_CONNS idle connections (default 5000)
 #   BENCH_SENSORS_DURATION  the sensor-fleet scenario's publishing time (default 20s)
 #   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
@@ -32,7 +35,7 @@ MAX_CONNECTIONS=12000
 
 CLK_TCK=$(getconf CLK_TCK)
 stamp=$(date +%Y-%m-%d-%H%M%S)
-results=bench/results
+results=${BENCH_RESULTS:-bench/results}
 mkdir -p bin "$results"
 work=$(mktemp -d /tmp/edgegw-bench.XXXXXX)
 raw="$work/raw.jsonl"
@@ -52,6 +55,12 @@ trap cleanup EXIT
 echo "== build"
 $GO build -o bin/edgegw-bench ./cmd/edgegw-bench
 $GO build -o bin/bench-report ./bench/report
+if [[ " $BROKERS " == *" gofloor"* ]]; then
+  for sc in $SCENARIOS; do
+    [[ $sc == sensors || $sc == sensors-local ]] || { echo "the Go floor runs sensors and sensors-local only, not $sc" >&2; exit 2; }
+  done
+  CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o bin/bench-gofloor ./bench/gofloor
+fi
 edgegw_label=edgegw
 # edgegw is built the way it ships (Makefile `build`, scripts/build-dist.sh):
 # static, no cgo. A cgo build maps libc and its own threads: ~1.5 MiB more
@@ -168,6 +177,13 @@ start_broker() { # name [config suffix] -> sets broker_pid, port
     mosquitto)
       "$MOSQUITTO" -c "$work/mosquitto$sfx.conf" 2>>"$work/mosquitto.log" &
       broker_pid=$!; port=$PORT_MOSQUITTO ;;
+    gofloor | gofloor-epoll)
+      # One processor, as edgegw's procs governor gives itself at these
+      # rates (its figure with two was higher).
+      local up=(); [[ -n $sfx ]] && up=(-upstream "127.0.0.1:$PORT_UPSTREAM")
+      local mode=(); [[ $1 == gofloor-epoll ]] && mode=(-epoll)
+      GOMAXPROCS=1 bin/bench-gofloor -addr "127.0.0.1:$PORT_EDGEGW" "${up[@]}" "${mode[@]}" 2>>"$work/gofloor.log" &
+      broker_pid=$!; port=$PORT_EDGEGW ;;
     edgegw)
       if [[ $edgegw_label == edgegw ]]; then
         "$EDGEGW" --config "$work/edgegw$sfx.yaml" 2>>"$work/edgegw.log" &

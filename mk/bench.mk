@@ -14,13 +14,17 @@
 #                     link with drain fifo and live-first (~6 min), writes
 #                     bench/results/lanes-<date>.md, lanes-latest.md and
 #                     lanes-latest.png
+#   make bench-floor  the sensor fleets by edgegw, the Go floor (bench/gofloor,
+#                     two designs) and mosquitto in 3 alternating rounds
+#                     (~13 min), writes bench/results/floor-<date>.md,
+#                     floor-latest.md
 #
 # Knobs: BENCH_DURATION, BENCH_SCENARIOS, BENCH_BROKERS, BENCH_IDLE_CONNS,
 # BENCH_SENSORS_DURATION (see bench/README.md); DRAIN_SCENARIOS,
 # DRAIN_GATEWAYS for the drain; LANES_SCENARIOS, LANES_MODES, LANES_COUNT,
 # LANES_RATE, LANES_RTT, LANES_LINK_RATE, LANES_DURATION for the lanes.
 
-.PHONY: bench bench-quick bench-drain bench-lanes
+.PHONY: bench bench-quick bench-drain bench-lanes bench-floor
 
 bench:
 	./bench/run.sh
@@ -32,6 +36,9 @@ bench-drain:
 
 bench-lanes:
 	./bench/lanes.sh
+
+bench-floor:
+	./bench/floor.sh
 
 bench-quick:
 	BENCH_DURATION=2s BENCH_SENSORS_DURATION=4s BENCH_IDLE_CONNS=1000 ./bench/run.sh

@@ -1,10 +1,12 @@
 // Command report turns the raw results of bench/run.sh (one JSON object per
 // scenario and broker) into the comparison table (markdown) and a bar chart
-// (PNG, standard library only). With -line it prints a one-line summary of
+// (PNG, standard library only); with -floor the Go floor table of
+// bench/floor.sh instead. With -line it prints a one-line summary of
 // the single record on stdin (for run.sh's progress output).
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -285,13 +287,20 @@ func line(r *record) string {
 }
 
 func main() {
+	floor := flag.Bool("floor", false, "the Go floor table of bench/floor.sh: CPU % per round and median, per broker")
 	reportcli.Tool[record]{
 		Name:     "report",
 		Title:    "edgegw benchmark",
 		Line:     line,
 		NoRecord: "(no result)",
-		Table:    func(w io.Writer, title string, recs []record) { newTable(recs).markdown(w, title) },
-		Chart:    func(path string, recs []record) error { return newTable(recs).chart(path) },
+		Table: func(w io.Writer, title string, recs []record) {
+			if *floor {
+				floorTable(w, title, recs)
+				return
+			}
+			newTable(recs).markdown(w, title)
+		},
+		Chart: func(path string, recs []record) error { return newTable(recs).chart(path) },
 	}.Main()
 }
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The Go floor (issue 16): the sensor-fleet scenarios run by edgegw, by
+# bench/gofloor in its two designs (a goroutine per connection; one event
+# loop) and by mosquitto, in alternating rounds, so that what the Go
+# runtime alone costs at sensor rates stands next to edgegw and mosquitto
+# measured the same way in the same run. See bench/README.md "The Go floor".
+# Knobs (environment):
+#   BENCH_FLOOR_ROUNDS     rounds (default 3)
+#   BENCH_FLOOR_SCENARIOS  default "sensors sensors-local"
+#   BENCH_FLOOR_BROKERS    default "edgegw gofloor gofloor-epoll mosquitto"
+#   EDGEGW_BIN             an edgegw binary to measure instead of building one
+# and run.sh's BENCH_SENSORS_DURATION, BENCH_PORT_*, MOSQUITTO.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${BENCH_FLOOR_ROUNDS:-3}
+SCENARIOS=${BENCH_FLOOR_SCENARIOS:-"sensors sensors-local"}
+BROKERS=${BENCH_FLOOR_BROKERS:-"edgegw gofloor gofloor-epoll mosquitto"}
+GO=${GO:-go}
+stamp=$(date +%Y-%m-%d-%H%M%S)
+results=bench/results
+tmp=$(mktemp -d /tmp/edgegw-floor.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# One edgegw binary for every round, built the way it ships (as run.sh).
+if [[ -z ${EDGEGW_BIN:-} ]]; then
+  CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o bin/edgegw ./cmd/edgegw
+  EDGEGW_BIN=$PWD/bin/edgegw
+fi
+export EDGEGW_BIN
+
+echo "== floor: $ROUNDS rounds of $SCENARIOS by $BROKERS"
+for r in $(seq "$ROUNDS"); do
+  for sc in $SCENARIOS; do
+    for b in $BROKERS; do
+      BENCH_RESULTS="$tmp/run" BENCH_BROKERS=$b BENCH_SCENARIOS=$sc ./bench/run.sh >"$tmp/run.out" 2>&1 ||
+        { cat "$tmp/run.out" >&2; exit 1; }
+      echo "   round $r $(grep -E "^   $sc +$b " "$tmp/run.out" | sed 's/^ *//')"
+      cat "$tmp"/run/raw-*.jsonl >>"$tmp/raw.jsonl"
+      rm -rf "$tmp/run"
+    done
+  done
+done
+
+mkdir -p "$results"
+cp "$tmp/raw.jsonl" "$results/floor-raw-$stamp.jsonl"
+bin/bench-report -floor -in "$tmp/raw.jsonl" -md "$results/floor-$stamp.md" -latest "$results/floor-latest.md" \
+  -title "edgegw, the Go floor and mosquitto $stamp ($ROUNDS rounds, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
