@@ -16,3 +16,26 @@ func TestReportReproducesResults(t *testing.T) {
 		func(w io.Writer, title string, recs []record) { newTable(recs).markdown(w, title) })
 	reporttest.SameChart(t, newTable(recs).chart, "testdata/chart-2026-12-01-154909.png")
 }
+
+// TestFloorReproducesResults: the -floor table of the committed
+// bench/floor.sh run is the committed one (bench/README.md quotes it).
+func TestFloorReproducesResults(t *testing.T) {
+	reporttest.SameTable(t, "../results/floor-raw-2026-12-01-222632.jsonl", "../results/floor-2026-12-01-222632.md", floorTable)
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+		ok   bool
+	}{
+		{nil, 0, false},
+		{[]float64{3}, 3, true},
+		{[]float64{3, 1, 2}, 2, true},
+		{[]float64{4, 1, 3, 2}, 2.5, true},
+	} {
+		if got, ok := median(c.in); got != c.want || ok != c.ok {
+			t.Errorf("median(%v) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
