@@ -6,7 +6,35 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
+
+	"github.com/edgegw/edgegw/internal/sockio"
 )
+
+// rawConn reads and writes a net.Conn through internal/sockio, as edgegw's
+// connections do: a net.Conn's own Read and Write are ordinary system
+// calls, and the first one after the process went idle wakes the
+// runtime's monitor thread (sysmon), at sensor rates once per reading.
+// A floor that paid that would measure a cost edgegw does not pay.
+type rawConn struct {
+	net.Conn
+	raw syscall.RawConn
+}
+
+func newRawConn(c net.Conn) (*rawConn, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("%T has no raw connection", c)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("raw connection: %w", err)
+	}
+	return &rawConn{Conn: c, raw: raw}, nil
+}
+
+func (c *rawConn) Read(p []byte) (int, error)  { return sockio.Read(c.raw, p, true) }
+func (c *rawConn) Write(p []byte) (int, error) { return sockio.Write(c.raw, p) }
 
 // peer is a connection others write to (a subscriber, the uplink).
 type peer struct {
@@ -39,6 +67,11 @@ func runGoroutines(addr, upstream string) error {
 		if err != nil {
 			return fmt.Errorf("upstream: %w", err)
 		}
+		ruc, err := newRawConn(uc)
+		if err != nil {
+			return fmt.Errorf("upstream: %w", err)
+		}
+		uc = ruc
 		uc.Write(connectPacket("gofloor-up"))
 		go io.Copy(io.Discard, uc) // its CONNACK and PUBACKs
 		f.up = &peer{c: uc}
@@ -52,8 +85,12 @@ func runGoroutines(addr, upstream string) error {
 	}
 }
 
-func (f *floor) serve(c net.Conn) {
-	defer c.Close()
+func (f *floor) serve(nc net.Conn) {
+	defer nc.Close()
+	c, err := newRawConn(nc)
+	if err != nil {
+		return
+	}
 	r := bufio.NewReaderSize(c, 512)
 	self := &peer{c: c}
 	var pk []byte
