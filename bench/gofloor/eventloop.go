@@ -86,7 +86,11 @@ func runEventLoop(addr, upstream string) error {
 			case lfd:
 				l.accept()
 			case l.up:
-				for rawRead(fd, buf) > 0 { // its CONNACK and PUBACKs
+				// Its CONNACK and PUBACKs. At its end of input the socket
+				// stays readable in the level-triggered set: a floor that
+				// went on would spin and bridge nothing.
+				if !drain(fd, buf) {
+					return fmt.Errorf("upstream %s closed the bridge", upstream)
 				}
 			default:
 				l.readable(fd, buf)
@@ -134,7 +138,12 @@ func (l *eventLoop) readable(fd int, buf []byte) {
 		l.drop(fd)
 		return
 	}
-	in := append(l.in[fd], buf[:n]...)
+	// Parse in place unless a packet was split across reads: an append
+	// to an empty l.in[fd] would allocate on every reading.
+	in := buf[:n]
+	if len(l.in[fd]) > 0 {
+		in = append(l.in[fd], in...)
+	}
 	for {
 		pk, rest, ok := nextPacket(in)
 		if !ok {
@@ -145,10 +154,22 @@ func (l *eventLoop) readable(fd int, buf []byte) {
 		}
 		in = rest
 	}
-	if len(in) == 0 {
-		in = nil
+	l.in[fd] = nil
+	if len(in) > 0 { // a copy: buf is the next read's
+		l.in[fd] = append([]byte(nil), in...)
 	}
-	l.in[fd] = in
+}
+
+// drain reads fd until nothing is waiting; false at its end of input.
+func drain(fd int, buf []byte) bool {
+	for {
+		switch rawRead(fd, buf) {
+		case -1:
+			return true
+		case 0:
+			return false
+		}
+	}
 }
 
 // nextPacket splits one whole packet off the front of in.
