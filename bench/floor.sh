@@ -29,10 +29,19 @@ if [[ -z ${EDGEGW_BIN:-} ]]; then
 fi
 export EDGEGW_BIN
 
+# rotated BROKERS ROUND: the brokers starting with the ROUND-th, so that no
+# broker always runs first or last (after the others warmed the machine).
+rotated() {
+  local -a b
+  read -r -a b <<<"$1"
+  local i
+  for ((i = 0; i < ${#b[@]}; i++)); do echo "${b[(i + $2 - 1) % ${#b[@]}]}"; done
+}
+
 echo "== floor: $ROUNDS rounds of $SCENARIOS by $BROKERS"
 for r in $(seq "$ROUNDS"); do
   for sc in $SCENARIOS; do
-    for b in $BROKERS; do
+    for b in $(rotated "$BROKERS" "$r"); do
       BENCH_RESULTS="$tmp/run" BENCH_BROKERS=$b BENCH_SCENARIOS=$sc ./bench/run.sh >"$tmp/run.out" 2>&1 ||
         { cat "$tmp/run.out" >&2; exit 1; }
       echo "   round $r $(grep -E "^   $sc +$b " "$tmp/run.out" | sed 's/^ *//')"
