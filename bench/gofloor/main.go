@@ -5,14 +5,17 @@
 // It parses nothing but the fixed header: no topic matching, sessions,
 // limits, deadlines or authorization. Every PUBLISH is copied to every
 // subscriber as it came; a QoS 1 one is answered with a PUBACK and, with
-// -upstream, also written to that broker at QoS 1 and kept nowhere (what
-// mosquitto's bridge does between autosaves). It is a measuring stick,
+// -upstream, also written to that broker at QoS 1 and kept nowhere (less
+// than mosquitto's bridge, which keeps it in memory until the upstream's
+// PUBACK and on disk only at autosave). It is a measuring stick,
 // not a broker: it serves one clean MQTT 3.1.1 session per connection and
 // assumes well-formed packets.
 //
-// Two designs: a goroutine per connection on the net package (edgegw's),
-// or, with -epoll, one event loop over raw non-blocking sockets parked in
-// the Go poller on the epoll descriptor (mosquitto's, in Go).
+// Two designs: a goroutine per connection reading and writing raw through
+// internal/sockio (edgegw's), or, with -epoll, one event loop over raw
+// non-blocking sockets parked in the Go poller on the epoll descriptor
+// (mosquitto's, in Go). Every per-reading system call is raw: an ordinary
+// one wakes the runtime's monitor thread, a cost edgegw does not pay.
 package main
 
 import (
