@@ -187,6 +187,9 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, st *uplinkStore, slot *co
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), err)
 	}
+	if st != nil { // MQTT 3.1.1: the last connection's requests died with it (requestid.go)
+		st.dropRequests()
+	}
 	raw := rawSocket(c)
 	dc := &deadlineConn{
 		Conn: c, raw: raw, lastRead: &b.lastRead, store: st, acks: ackRewriter{st: st},

@@ -41,6 +41,8 @@ type RawUpstream struct {
 	dups     int                 // PUBLISH with DUP set
 	rels     int                 // PUBREL packets
 	wire     []RawPacket         // every PUBLISH and PUBREL read, in order
+	open     map[uint16]bool     // packet ids of publish flows not ended by this server's PUBACK/PUBCOMP
+	requests []RawPacket         // every SUBSCRIBE and UNSUBSCRIBE read (Clash: its id was open)
 	down     bool                // close every new connection at once (SetDown)
 	refuseV5 bool                // answer a version 5 CONNECT as a 3.1.1-only broker does
 	v5       int                 // version 5 CONNECTs seen
@@ -69,7 +71,7 @@ func StartRawUpstream(t testing.TB, rule map[string]Withhold) *RawUpstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &RawUpstream{t: t, ln: ln, rule: rule, byID: make(map[uint16]string), received: make(map[string]int)}
+	u := &RawUpstream{t: t, ln: ln, rule: rule, byID: make(map[uint16]string), received: make(map[string]int), open: make(map[uint16]bool)}
 	u.wg.Add(1)
 	go u.accept()
 	t.Cleanup(func() {
@@ -175,11 +177,15 @@ func (u *RawUpstream) serve(c net.Conn) {
 				u.dups++
 			}
 			u.byID[p.MessageID] = pl
+			if p.Qos > 0 {
+				u.open[p.MessageID] = true
+			}
 			switch w := u.rule[pl]; {
 			case p.Qos == 1 && w != NoPuback:
 				a := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
 				a.MessageID = p.MessageID
 				reply = a
+				delete(u.open, p.MessageID)
 			case p.Qos == 2 && w != NoPubrec:
 				a := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
 				a.MessageID = p.MessageID
@@ -192,11 +198,18 @@ func (u *RawUpstream) serve(c net.Conn) {
 				a := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
 				a.MessageID = p.MessageID
 				reply = a
+				delete(u.open, p.MessageID)
 			}
 		case *packets.SubscribePacket:
+			u.requests = append(u.requests, RawPacket{Conn: u.conns, Type: "SUBSCRIBE", ID: p.MessageID, Clash: u.open[p.MessageID]})
 			a := packets.NewControlPacket(packets.Suback).(*packets.SubackPacket)
 			a.MessageID = p.MessageID
 			a.ReturnCodes = make([]byte, len(p.Topics))
+			reply = a
+		case *packets.UnsubscribePacket:
+			u.requests = append(u.requests, RawPacket{Conn: u.conns, Type: "UNSUBSCRIBE", ID: p.MessageID, Clash: u.open[p.MessageID]})
+			a := packets.NewControlPacket(packets.Unsuback).(*packets.UnsubackPacket)
+			a.MessageID = p.MessageID
 			reply = a
 		case *packets.PingreqPacket:
 			reply = packets.NewControlPacket(packets.Pingresp)
@@ -217,14 +230,24 @@ func (u *RawUpstream) serve(c net.Conn) {
 
 // RawPacket is a PUBLISH or PUBREL as the server read it: on which
 // connection (1 the first), its packet id, QoS and DUP flag, and the
-// payload of the PUBLISH it carries or releases.
+// payload of the PUBLISH it carries or releases; or a SUBSCRIBE or
+// UNSUBSCRIBE (Requests), Clash when its packet id was that of a publish
+// flow still open [MQTT-2.3.1-2](3.1.1).
 type RawPacket struct {
 	Conn    int
-	Type    string // "PUBLISH" or "PUBREL"
+	Type    string // "PUBLISH", "PUBREL", "SUBSCRIBE" or "UNSUBSCRIBE"
 	Payload string
 	ID      uint16
 	QoS     byte
 	Dup     bool
+	Clash   bool
+}
+
+// Requests returns every SUBSCRIBE and UNSUBSCRIBE read so far, in order.
+func (u *RawUpstream) Requests() []RawPacket {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.requests)
 }
 
 // Wire returns every PUBLISH and PUBREL read so far, in order.

@@ -86,6 +86,8 @@ type uplinkStore struct {
 	wireNext uint16               // where pickWireID looks for a free id
 	out      map[uint16]*outbound // by paho's packet id
 	wire     map[uint16]*outbound // by wire packet id
+	reqs     map[uint16]*request  // SUBSCRIBE/UNSUBSCRIBE by wire id (requestid.go)
+	reqNext  uint16               // where requestWire looks for a free id
 	in       map[string]packets.ControlPacket
 }
 
@@ -96,6 +98,7 @@ func newUplinkStore(complete func(rec spool.ID)) *uplinkStore {
 		complete: complete,
 		out:      make(map[uint16]*outbound),
 		wire:     make(map[uint16]*outbound),
+		reqs:     make(map[uint16]*request),
 		in:       make(map[string]packets.ControlPacket),
 	}
 }
@@ -133,8 +136,11 @@ func (s *uplinkStore) pickWire(rec spool.ID, qos byte) (uint16, <-chan struct{})
 		if e := s.wire[w]; e != nil {
 			return e.done
 		}
+		if r := s.reqs[w]; r != nil { // a SUBSCRIBE's (requestid.go)
+			return r.done
+		}
 		return nil
-	}, func(w uint16) bool { return s.wire[w] == nil })
+	}, func(w uint16) bool { return s.wire[w] == nil && s.reqs[w] == nil })
 }
 
 // wireOf returns the wire id of paho's packet id pid (0 if unknown).

@@ -75,6 +75,10 @@ func rewriteOutgoing(st *uplinkStore, p []byte) (publish uint16) {
 		return 0
 	}
 	typ := p[0] >> 4
+	if typ == typeSubscribe || typ == typeUnsubscribe {
+		rewriteRequest(st, p) // requestid.go
+		return 0
+	}
 	if typ != typePublish && typ != typePubrel {
 		return 0
 	}
@@ -120,8 +124,10 @@ func remainingLength(p []byte) (rl, hl int) {
 // ackRewriter follows the MQTT packet boundaries in the byte stream read
 // from upstream. It holds back each PUBACK, PUBREC and PUBCOMP until its
 // packet id is complete, then passes it on with paho's id (or drops it, if
-// the id is unknown); every other byte passes through as read. On a PUBREC
-// it also tells the store (the flow's re-send is a PUBREL from now on).
+// the id is unknown); a SUBACK's or UNSUBACK's id is held back the same way
+// and passed on as paho's (requestid.go); every other byte passes through
+// as read. On a PUBREC it also tells the store (the flow's re-send is a
+// PUBREL from now on).
 type ackRewriter struct {
 	st *uplinkStore
 
@@ -129,7 +135,10 @@ type ackRewriter struct {
 	remain int  // body bytes left (scanBody) or length read so far (scanLength)
 	shift  uint // of the next remaining-length byte
 	hold   [4]byte
-	nhold  int // bytes of an ack packet held back (0: not in an ack)
+	nhold  int     // bytes of an ack packet held back (0: not in an ack)
+	answer bool    // the body is a SUBACK's or UNSUBACK's: its id is rewritten
+	aid    [2]byte // the answer's id bytes read so far
+	naid   int
 }
 
 type scanState uint8
@@ -166,10 +175,12 @@ func (r *ackRewriter) filter(in, out []byte) []byte {
 		case r.state == scanHeader:
 			i++
 			if typ := b >> 4; typ == typePuback || typ == typePubrec || typ == typePubcomp {
-				r.hold[0], r.nhold = b, 1
+				r.hold[0], r.nhold, r.answer = b, 1, false
 				continue
 			}
 			out = append(out, b)
+			typ := b >> 4
+			r.answer, r.naid = typ == typeSuback || typ == typeUnsuback, 0
 			r.state, r.remain, r.shift = scanLength, 0, 0
 		case r.state == scanLength:
 			i++
@@ -178,6 +189,20 @@ func (r *ackRewriter) filter(in, out []byte) []byte {
 			r.shift += 7
 			if b&0x80 == 0 || r.shift >= 28 {
 				r.bodyStart()
+			}
+		case r.answer && r.naid < 2: // scanBody: a request's answer, its id
+			r.aid[r.naid] = b
+			r.naid++
+			i++
+			r.remain--
+			if r.naid == 2 {
+				pid := r.st.answered(uint16(r.aid[0])<<8 | uint16(r.aid[1]))
+				out = append(out, byte(pid>>8), byte(pid))
+			} else if r.remain == 0 { // too short to hold an id: as read
+				out = append(out, r.aid[:r.naid]...)
+			}
+			if r.remain == 0 {
+				r.state = scanHeader
 			}
 		default: // scanBody
 			n := min(r.remain, len(in)-i)
