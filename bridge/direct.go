@@ -65,7 +65,7 @@ import (
 func (s *uplinkStore) announceDirect(rec spool.ID, w uint16, m spool.Message) *outbound {
 	e := &outbound{rec: rec, wire: w, done: make(chan struct{}), direct: true, msg: m}
 	s.mu.Lock()
-	s.wire[w] = e
+	s.wire[w], s.picked = e, 0
 	s.mu.Unlock()
 	return e
 }

@@ -31,12 +31,19 @@ const (
 
 // requestWire gives paho's request pid a wire id no flow and no other
 // request holds (0: none free; never, as the window holds far fewer).
+// The id of the publish the sender is starting is taken too: from
+// pickWire until Put files it under s.wire, it is s.picked, then
+// s.next's (paho may write a reload's SUBSCRIBE in between).
 func (s *uplinkStore) requestWire(pid uint16) uint16 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range 65535 {
 		s.reqNext = s.reqNext%65535 + 1
-		if w := s.reqNext; s.wire[w] == nil && s.reqs[w] == nil {
+		w := s.reqNext
+		if w == s.picked || (s.next != nil && s.next.wire == w) {
+			continue
+		}
+		if s.wire[w] == nil && s.reqs[w] == nil {
 			s.reqs[w] = &request{pid: pid, done: make(chan struct{})}
 			return w
 		}

@@ -100,3 +100,42 @@ func TestRequestIDsOnTheWire(t *testing.T) {
 		t.Fatalf("id %d still held after the connection's end", held)
 	}
 }
+
+// TestRequestAvoidsThePublishBeingStarted: the sender picks a QoS 2
+// publish's wire id (pickWire), announces it and hands it to paho, which
+// files it under s.wire only in Put; a SUBSCRIBE paho writes meanwhile (a
+// reload's) must not take that id [MQTT-2.3.1-2](3.1.1).
+func TestRequestAvoidsThePublishBeingStarted(t *testing.T) {
+	st := testStore(3)
+	sub := func(pid uint16) uint16 {
+		var b bytes.Buffer
+		p := &packets.SubscribePacket{FixedHeader: packets.FixedHeader{MessageType: packets.Subscribe, Qos: 1},
+			MessageID: pid, Topics: []string{"cmd/#"}, Qoss: []byte{1}}
+		if err := p.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+		raw := b.Bytes()
+		rewriteOutgoing(st, raw)
+		_, hl := remainingLength(raw)
+		return uint16(raw[hl])<<8 | uint16(raw[hl+1])
+	}
+	const rec = spool.ID(50)
+	w, wait := st.pickWire(rec, 2)
+	if w != wireID(rec) || wait != nil {
+		t.Fatalf("record %d: id %d, wait %v", rec, w, wait)
+	}
+	st.reqNext = w - 1 // the request cursor's next id is the publish's
+	if got := sub(7); got == w {
+		t.Fatalf("a SUBSCRIBE between pickWire and announce took id %d, the publish's", w)
+	}
+	e := st.announce(rec, w)
+	st.reqNext = w - 1
+	if got := sub(8); got == w {
+		t.Fatalf("a SUBSCRIBE between announce and Put took id %d, the publish's", w)
+	}
+	st.Put("o.2000", publishPacket(2000, 2))
+	st.taken(e)
+	if got := st.wireOf(2000); got != w {
+		t.Fatalf("the publish goes out as %d, want %d", got, w)
+	}
+}

@@ -88,6 +88,7 @@ type uplinkStore struct {
 	wire     map[uint16]*outbound // by wire packet id
 	reqs     map[uint16]*request  // SUBSCRIBE/UNSUBSCRIBE by wire id (requestid.go)
 	reqNext  uint16               // where requestWire looks for a free id
+	picked   uint16               // the id pickWire gave, until announce registers it (requestid.go)
 	in       map[string]packets.ControlPacket
 }
 
@@ -109,7 +110,7 @@ func newUplinkStore(complete func(rec spool.ID)) *uplinkStore {
 func (s *uplinkStore) announce(rec spool.ID, wire uint16) *outbound {
 	e := &outbound{rec: rec, wire: wire, done: make(chan struct{}), written: make(chan struct{})}
 	s.mu.Lock()
-	s.next = e
+	s.next, s.picked = e, 0
 	s.mu.Unlock()
 	return e
 }
@@ -132,7 +133,7 @@ func (s *uplinkStore) taken(e *outbound) bool {
 func (s *uplinkStore) pickWire(rec spool.ID, qos byte) (uint16, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return pickWireID(rec, qos, &s.wireNext, func(w uint16) <-chan struct{} {
+	w, wait := pickWireID(rec, qos, &s.wireNext, func(w uint16) <-chan struct{} {
 		if e := s.wire[w]; e != nil {
 			return e.done
 		}
@@ -141,6 +142,8 @@ func (s *uplinkStore) pickWire(rec spool.ID, qos byte) (uint16, <-chan struct{})
 		}
 		return nil
 	}, func(w uint16) bool { return s.wire[w] == nil && s.reqs[w] == nil })
+	s.picked = w // a SUBSCRIBE written before announce must not take it
+	return w, wait
 }
 
 // wireOf returns the wire id of paho's packet id pid (0 if unknown).
