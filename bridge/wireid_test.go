@@ -20,8 +20,10 @@ type rewritten struct {
 // packetStream encodes a random sequence of packets a broker sends a
 // client (with paho's encoder, so the lengths are real), and the expected
 // rewrite: acks for records 1..known get paho's id 1000+rec, others are
-// dropped.
-func packetStream(r *rand.Rand, n, known int) ([]byte, rewritten) {
+// dropped; a SUBACK or UNSUBACK answers a request it registers in st
+// (requestid.go) and gets paho's id, or answers none (an id above 40000)
+// and passes as read, as do answers too short to hold an id.
+func packetStream(r *rand.Rand, st *uplinkStore, n, known int) ([]byte, rewritten) {
 	var buf bytes.Buffer
 	var want rewritten
 	ack := func(typ byte) packets.ControlPacket {
@@ -44,9 +46,34 @@ func packetStream(r *rand.Rand, n, known int) ([]byte, rewritten) {
 		}
 		return p
 	}
+	answer := func(typ byte) packets.ControlPacket {
+		id := uint16(40000 + r.IntN(20000)) // no request's
+		pid := uint16(1 + r.IntN(65535))
+		if r.IntN(2) == 0 {
+			id = st.requestWire(pid)
+		}
+		var p packets.ControlPacket
+		if typ == packets.Suback {
+			// Up to 300 return codes: 1- and 2-byte remaining lengths.
+			p = &packets.SubackPacket{FixedHeader: packets.FixedHeader{MessageType: typ}, MessageID: id,
+				ReturnCodes: bytes.Repeat([]byte{0, 1, 2, 0x80}, 1+r.IntN(75))}
+		} else {
+			p = &packets.UnsubackPacket{FixedHeader: packets.FixedHeader{MessageType: typ}, MessageID: id}
+		}
+		var b bytes.Buffer
+		if err := p.Write(&b); err != nil {
+			panic(err)
+		}
+		_, hl := remainingLength(b.Bytes())
+		if id < 40000 {
+			b.Bytes()[hl], b.Bytes()[hl+1] = byte(pid>>8), byte(pid)
+		}
+		want.out = append(want.out, b.Bytes()...)
+		return p
+	}
 	for range n {
 		var p packets.ControlPacket
-		switch r.IntN(6) {
+		switch r.IntN(9) {
 		case 0:
 			pub := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
 			pub.Qos = byte(r.IntN(3))
@@ -67,16 +94,25 @@ func packetStream(r *rand.Rand, n, known int) ([]byte, rewritten) {
 		case 4:
 			p = packets.NewControlPacket(packets.Pingresp)
 		case 5:
-			sa := packets.NewControlPacket(packets.Suback).(*packets.SubackPacket)
-			sa.MessageID = uint16(r.IntN(65535) + 1)
-			sa.ReturnCodes = []byte{0, 1, 2, 0x80}
-			p = sa
+			p = answer(packets.Suback)
+		case 6:
+			p = answer(packets.Unsuback)
+		case 7, 8: // too short to hold an id (remaining length 0 or 1)
+			typ := byte(typeSuback)
+			if r.IntN(2) == 0 {
+				typ = typeUnsuback
+			}
+			short := []byte{typ << 4, byte(r.IntN(2)), 0x01}[:2+r.IntN(2)]
+			short[1] = byte(len(short) - 2)
+			buf.Write(short)
+			want.out = append(want.out, short...)
+			continue
 		}
 		mark := buf.Len()
 		if err := p.Write(&buf); err != nil {
 			panic(err)
 		}
-		if t := buf.Bytes()[mark] >> 4; t < typePuback || t == typePubrel || t > typePubcomp {
+		if t := buf.Bytes()[mark] >> 4; t == typePublish || t == packets.Pingresp {
 			want.out = append(want.out, buf.Bytes()[mark:]...)
 		}
 	}
@@ -104,7 +140,7 @@ func TestAckRewriter(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
 		st := testStore(known)
-		stream, want := packetStream(r, 1+r.IntN(40), known)
+		stream, want := packetStream(r, st, 1+r.IntN(40), known)
 		rw := ackRewriter{st: st}
 		var got []byte
 		for rest := stream; len(rest) > 0; {
@@ -120,6 +156,9 @@ func TestAckRewriter(t *testing.T) {
 		}
 		if rw.state != scanHeader || rw.nhold != 0 {
 			t.Fatalf("round %d: not at a packet boundary after a whole stream", round)
+		}
+		if len(st.reqs) != 0 {
+			t.Fatalf("round %d: %d requests still held after their answers", round, len(st.reqs))
 		}
 		for _, rec := range want.pubrecs {
 			if _, ok := st.Get("o." + strconv.Itoa(1000+int(rec))).(*packets.PubrelPacket); !ok {
@@ -175,14 +214,18 @@ func TestRewriteOutgoing(t *testing.T) {
 }
 
 // FuzzAckRewriter checks that no input makes the rewriter panic or loop,
-// that it never invents bytes, and that a well-formed ack after any prefix
-// that ends on a packet boundary is rewritten.
+// that it never invents bytes, and that a well-formed ack, and a SUBACK
+// of a request still held, after any prefix that ends on a packet
+// boundary are rewritten.
 func FuzzAckRewriter(f *testing.F) {
 	f.Add([]byte{0x50, 0x02, 0x00, 0x01})
 	f.Add([]byte{0x30, 0xff, 0xff, 0xff, 0xff, 0x50})
 	f.Add([]byte{0x40, 0x03, 0x00, 0x01, 0x00})
+	f.Add([]byte{0x90, 0x03, 0x00, 0x03, 0x01, 0x90, 0x01, 0x00, 0xb0, 0x00})
+	f.Add([]byte{0x90, 0x81, 0x01, 0x00, 0x03})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st := testStore(2)
+		req := st.requestWire(900) // wire id 3: a SUBSCRIBE's
 		rw := ackRewriter{st: st}
 		out := rw.filter(b, nil)
 		if len(out) > len(b) {
@@ -193,6 +236,13 @@ func FuzzAckRewriter(f *testing.F) {
 			got := rw.filter([]byte{0x40, 0x02, byte(w >> 8), byte(w)}, nil)
 			if !bytes.Equal(got, []byte{0x40, 0x02, 1001 >> 8, 1001 & 0xff}) {
 				t.Fatalf("PUBACK on a packet boundary became % x", got)
+			}
+			if st.reqs[req] == nil {
+				return // b answered the SUBSCRIBE itself
+			}
+			got = rw.filter([]byte{0x90, 0x03, byte(req >> 8), byte(req), 0x01}, nil)
+			if !bytes.Equal(got, []byte{0x90, 0x03, 900 >> 8, 900 & 0xff, 0x01}) {
+				t.Fatalf("SUBACK on a packet boundary became % x", got)
 			}
 		}
 	})
