@@ -64,6 +64,24 @@ type flow5 struct {
 	done   chan struct{} // closed when the flow ended
 }
 
+// request5 is a SUBSCRIBE or UNSUBSCRIBE of the MQTT 5 uplink waiting
+// for its answer. A publish whose own packet id it holds takes another
+// (QoS 1) or waits for done (QoS 2, pickWireID) [MQTT-2.2.1-3].
+type request5 struct {
+	resp chan<- packets.ControlPacket
+	done chan struct{} // closed at its answer or the connection's end
+}
+
+// end hands the request its answer (empty: the connection ended).
+// Caller holds the session's mu.
+func (r *request5) end(answer packets.ControlPacket) {
+	select {
+	case r.resp <- answer:
+	default:
+	}
+	close(r.done)
+}
+
 // session5 is the bridge's paho.golang SessionManager; see the note above.
 type session5 struct {
 	// ended is called, outside mu, for each flow the broker answered:
@@ -72,13 +90,13 @@ type session5 struct {
 	resumed atomic.Uint64 // flows re-sent on a connect (Stats.Resumed)
 
 	mu        sync.Mutex
-	conn      io.Writer         // nil between connections
-	out       map[uint16]*flow5 // outbound publishes by packet id
-	req       map[uint16]chan<- packets.ControlPacket
-	nextReq   uint16          // where the next SUBSCRIBE id search starts
-	wireNext  uint16          // where pickWireID looks for a free publish id
-	in        map[uint16]bool // inbound QoS 2 ids: received; true once PUBREC'd
-	refusedIn map[uint16]bool // inbound publishes the gateway refused: not acked
+	conn      io.Writer            // nil between connections
+	out       map[uint16]*flow5    // outbound publishes by packet id
+	req       map[uint16]*request5 // SUBSCRIBE/UNSUBSCRIBE by packet id
+	nextReq   uint16               // where the next SUBSCRIBE id search starts
+	wireNext  uint16               // where pickWireID looks for a free publish id
+	in        map[uint16]bool      // inbound QoS 2 ids: received; true once PUBREC'd
+	refusedIn map[uint16]bool      // inbound publishes the gateway refused: not acked
 	errs      log.Logger
 }
 
@@ -88,7 +106,7 @@ func newSession5(ended func(*flow5)) *session5 {
 	return &session5{
 		ended: ended,
 		out:   make(map[uint16]*flow5),
-		req:   make(map[uint16]chan<- packets.ControlPacket),
+		req:   make(map[uint16]*request5),
 		in:    make(map[uint16]bool),
 		errs:  log.NOOPLogger{},
 	}
@@ -104,6 +122,9 @@ func (s *session5) begin(rec spool.ID, qos byte, lane spool.Lane, size int) (*fl
 	id, wait := pickWireID(rec, qos, &s.wireNext, func(w uint16) <-chan struct{} {
 		if f := s.out[w]; f != nil {
 			return f.done
+		}
+		if r := s.req[w]; r != nil { // a SUBSCRIBE's [MQTT-2.2.1-3]
+			return r.done
 		}
 		return nil
 	}, func(w uint16) bool { return s.out[w] == nil && s.req[w] == nil })
@@ -208,12 +229,9 @@ func (s *session5) ConnectionLost(*packets.Disconnect) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.conn = nil
-	for id, resp := range s.req {
+	for id, r := range s.req {
 		delete(s.req, id)
-		select {
-		case resp <- packets.ControlPacket{}:
-		default:
-		}
+		r.end(packets.ControlPacket{})
 	}
 	return nil
 }
@@ -242,7 +260,7 @@ func (s *session5) AddToSession(_ context.Context, p pahosession.Packet, resp ch
 		}
 		if s.out[s.nextReq] == nil && s.req[s.nextReq] == nil {
 			p.SetIdentifier(s.nextReq)
-			s.req[s.nextReq] = resp
+			s.req[s.nextReq] = &request5{resp: resp, done: make(chan struct{})}
 			return nil
 		}
 	}
@@ -302,12 +320,9 @@ func (s *session5) PacketReceived(cp *packets.ControlPacket, pubs chan<- *packet
 			ended = f
 		}
 	case *packets.Suback, *packets.Unsuback:
-		if resp := s.req[cp.PacketID()]; resp != nil {
+		if r := s.req[cp.PacketID()]; r != nil {
 			delete(s.req, cp.PacketID())
-			select {
-			case resp <- *cp:
-			default:
-			}
+			r.end(*cp)
 		}
 	case *packets.Publish:
 		if p.QoS == 2 {
