@@ -52,14 +52,17 @@ func (s *uplinkStore) requestWire(pid uint16) uint16 {
 }
 
 // answered ends the request under wire id w and returns paho's id for its
-// answer; an id no request holds comes back unchanged (paho drops an
-// answer it did not ask for).
+// answer. An id no request holds (a broker's stray answer) becomes 0,
+// which paho never uses: paho completes whatever token its id names and
+// frees the id, so an unknown id passed on could complete a publish's
+// token and let paho reuse that publish's id (as wireid.go drops unknown
+// acks).
 func (s *uplinkStore) answered(w uint16) uint16 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.reqs[w]
 	if r == nil {
-		return w
+		return 0
 	}
 	delete(s.reqs, w)
 	close(r.done)

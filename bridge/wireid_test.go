@@ -22,7 +22,7 @@ type rewritten struct {
 // rewrite: acks for records 1..known get paho's id 1000+rec, others are
 // dropped; a SUBACK or UNSUBACK answers a request it registers in st
 // (requestid.go) and gets paho's id, or answers none (an id above 40000)
-// and passes as read, as do answers too short to hold an id.
+// and gets id 0; answers too short to hold an id pass as read.
 func packetStream(r *rand.Rand, st *uplinkStore, n, known int) ([]byte, rewritten) {
 	var buf bytes.Buffer
 	var want rewritten
@@ -65,9 +65,10 @@ func packetStream(r *rand.Rand, st *uplinkStore, n, known int) ([]byte, rewritte
 			panic(err)
 		}
 		_, hl := remainingLength(b.Bytes())
-		if id < 40000 {
-			b.Bytes()[hl], b.Bytes()[hl+1] = byte(pid>>8), byte(pid)
+		if id >= 40000 { // no request's: paho gets id 0, no token's
+			pid = 0
 		}
+		b.Bytes()[hl], b.Bytes()[hl+1] = byte(pid>>8), byte(pid)
 		want.out = append(want.out, b.Bytes()...)
 		return p
 	}
