@@ -43,6 +43,7 @@ type RawUpstream struct {
 	wire     []RawPacket         // every PUBLISH and PUBREL read, in order
 	open     map[uint16]bool     // packet ids of publish flows not ended by this server's PUBACK/PUBCOMP
 	requests []RawPacket         // every SUBSCRIBE and UNSUBSCRIBE read (Clash: its id was open)
+	ignore   map[string]bool     // a SUBSCRIBE to one of these filters goes unanswered, once
 	down     bool                // close every new connection at once (SetDown)
 	refuseV5 bool                // answer a version 5 CONNECT as a 3.1.1-only broker does
 	v5       int                 // version 5 CONNECTs seen
@@ -202,6 +203,12 @@ func (u *RawUpstream) serve(c net.Conn) {
 			}
 		case *packets.SubscribePacket:
 			u.requests = append(u.requests, RawPacket{Conn: u.conns, Type: "SUBSCRIBE", ID: p.MessageID, Clash: u.open[p.MessageID]})
+			if slices.ContainsFunc(p.Topics, func(f string) bool { return u.ignore[f] }) {
+				for _, f := range p.Topics {
+					delete(u.ignore, f)
+				}
+				break
+			}
 			a := packets.NewControlPacket(packets.Suback).(*packets.SubackPacket)
 			a.MessageID = p.MessageID
 			a.ReturnCodes = make([]byte, len(p.Topics))
@@ -241,6 +248,17 @@ type RawPacket struct {
 	QoS     byte
 	Dup     bool
 	Clash   bool
+}
+
+// IgnoreSubscribeOnce makes the server leave the next SUBSCRIBE to filter
+// unanswered, as a broker breaking [MQTT-3.8.4-1] would.
+func (u *RawUpstream) IgnoreSubscribeOnce(filter string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ignore == nil {
+		u.ignore = make(map[string]bool)
+	}
+	u.ignore[filter] = true
 }
 
 // Requests returns every SUBSCRIBE and UNSUBSCRIBE read so far, in order.

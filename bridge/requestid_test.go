@@ -1,6 +1,7 @@
 package bridge_test
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -64,5 +65,49 @@ func TestResubscribeAvoidsOpenPublishIDs(t *testing.T) {
 	}
 	if subs < 2 {
 		t.Fatalf("%d SUBSCRIBE read, want one per connection", subs)
+	}
+}
+
+// TestUnansweredSubscribeDoesNotStopTheSender: a broker that never answers
+// a SUBSCRIBE (against [MQTT-3.8.4-1]) keeps its packet id held on a live
+// connection. A QoS 2 record whose own id it is waits for it, and with it
+// the whole sender; the wait is bounded by ack_timeout, then the uplink is
+// torn down, the next connection frees the id, and nothing is lost.
+func TestUnansweredSubscribeDoesNotStopTheSender(t *testing.T) {
+	up := bridge.StartRawUpstream(t, nil)
+	gw := startGateway(t)
+	cfg := testConfig(t, "b1", up.URL())
+	cfg.AckTimeout = time.Second
+	cfg.Topics = []bridge.Rule{
+		{Pattern: "two/#", Direction: bridge.Out, QoS: 2},
+		{Pattern: "cmd/#", Direction: bridge.In, QoS: 1},
+	}
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+	conns := b.Stats().Connects
+
+	// The reload's SUBSCRIBE takes wire id 2 (the connect's took 1) and
+	// is never answered; record 2's QoS 2 publish needs id 2.
+	up.IgnoreSubscribeOnce("late/#")
+	more := cfg
+	more.Topics = append(slices.Clone(cfg.Topics), bridge.Rule{Pattern: "late/#", Direction: bridge.In, QoS: 1})
+	if _, err := b.Reload(more); err != nil {
+		t.Fatal(err)
+	}
+	var held uint16
+	for _, r := range up.Requests() {
+		held = r.ID
+	}
+	lc := client(t, gw.addr, "local-pub")
+	const n = 3
+	for i := 1; i <= n; i++ {
+		publish(t, lc, "two/t", 2, "m"+strconv.Itoa(i))
+	}
+	testutil.Eventually(t, 20*time.Second, "every record delivered upstream", func() bool {
+		_, _, _, distinct := up.Stats()
+		return distinct == n && b.Stats().Acked == n
+	})
+	if got := b.Stats().Connects; got <= conns {
+		t.Errorf("delivered on the same connection (%d connects): the unanswered SUBSCRIBE (id %d) held no record's id, so nothing was tested", got, held)
 	}
 }

@@ -33,6 +33,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"sync"
 	"time"
@@ -72,6 +73,27 @@ func (s *uplink) getCause() error {
 
 // teardown reports the uplink down at once and closes its socket; paho's
 // reader then fails and reports the connection lost to the owner.
+// waitForID waits until busy is closed: the packet id a publish needs is
+// held by a flow 65535 records older or by a SUBSCRIBE/UNSUBSCRIBE
+// (requestid.go). false: ctx ended, or the id stayed held past
+// ack_timeout and the uplink was torn down. A flow's wait ends sooner
+// (the ack watchdog tears the uplink down first), but a broker that never
+// answers a request on a live connection would otherwise stop the sender
+// for good; the next connection frees the request's id.
+func (s *uplink) waitForID(ctx context.Context, busy <-chan struct{}) bool {
+	t := time.NewTimer(s.b.cfg.AckTimeout)
+	defer t.Stop()
+	select {
+	case <-busy:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		s.teardown(fmt.Errorf("a packet id stayed held past ack_timeout (%s): an unanswered SUBSCRIBE or UNSUBSCRIBE, or an unacknowledged publish", s.b.cfg.AckTimeout))
+		return false
+	}
+}
+
 func (s *uplink) teardown(why error) {
 	s.setCause(why)
 	s.b.setState(Disconnected, "", why)

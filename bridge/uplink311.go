@@ -103,9 +103,7 @@ func (s *uplink311) claim(ctx context.Context, f *inflight, m spool.Message, _ i
 			}
 			return true
 		}
-		select {
-		case <-busy:
-		case <-ctx.Done():
+		if !s.waitForID(ctx, busy) {
 			return false
 		}
 	}

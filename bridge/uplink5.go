@@ -154,12 +154,8 @@ func (s *uplink5) refuse(m spool.Message, size int) byte {
 func (s *uplink5) claim(ctx context.Context, f *inflight, m spool.Message, size int) bool {
 	for f.f == nil {
 		var busy <-chan struct{}
-		if f.f, busy = s.b.sess5.begin(f.id, m.QoS, m.Lane, size); f.f == nil {
-			select { // a record 65535 older holds the packet id
-			case <-busy:
-			case <-ctx.Done():
-				return false
-			}
+		if f.f, busy = s.b.sess5.begin(f.id, m.QoS, m.Lane, size); f.f == nil && !s.waitForID(ctx, busy) {
+			return false
 		}
 	}
 	f.done = f.f.done
