@@ -126,6 +126,7 @@ func (s *Spool) writePendingLocked() error {
 		return err
 	}
 	s.written.Add(uint64(len(p.buf)))
+	s.ahead.seed(g.f, p.off, p.buf)
 	p.seg = nil
 	p.reset()
 	return nil

@@ -462,6 +462,7 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 			return 0, nil, err
 		}
 		s.written.Add(uint64(len(s.wbuf)))
+		s.ahead.seed(g.f, g.size, s.wbuf)
 		if cap(s.wbuf) > 1<<20 {
 			s.wbuf = nil // do not pin a huge buffer after a huge message
 		}
@@ -817,6 +818,29 @@ type readBlock struct {
 	f   *os.File // nil: empty
 	off int64
 	buf []byte // bytes [off, off+len(buf)) of f
+}
+
+// seed puts the bytes just written at off of f in the block, so that the
+// sender, woken as the commit starts, reads the window from memory and
+// not with a pread (issue 16: at sensor rates that pread was one of the
+// three ordinary system calls of each commit, and the first such call
+// after the process went idle wakes the runtime's sysmon thread). They
+// extend the block when they follow it and fit; otherwise they replace it
+// if they fit alone: a sender reading an older backlog from the block
+// then reads it again, one pread per commit at most. Only bytes written
+// whole may be seeded: a failed write is cut off again.
+func (c *readBlock) seed(f *os.File, off int64, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.f == f && c.off+int64(len(c.buf)) == off && len(c.buf)+len(b) <= readAhead:
+		c.buf = append(c.buf, b...)
+	case len(b) <= readAhead:
+		if c.buf == nil {
+			c.buf = make([]byte, 0, readAhead)
+		}
+		c.f, c.off, c.buf = f, off, append(c.buf[:0], b...)
+	}
 }
 
 // readFailed handles a record that could not be read back: unless its

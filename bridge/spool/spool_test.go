@@ -652,3 +652,57 @@ func TestReadAheadStopsAtValidSize(t *testing.T) {
 		t.Fatalf("Head after %d: id %d %+v ok %v err %v; want %d %+v", first, id, m, ok, err, second, want)
 	}
 }
+
+// The window a commit just wrote is read back from memory (readBlock.seed),
+// not with a pread: the sender reads it as the commit starts, and at sensor
+// rates that pread was an ordinary system call per commit waking the
+// runtime's sysmon (issue 16). Shown with the bytes on disk flipped after
+// the commit: the last window still reads whole. A record that left the
+// block (more than readAhead bytes were written after it) is read from
+// the disk again, and its damage found.
+func TestCommittedWindowReadFromMemory(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch})
+	msg := func(i int) Message {
+		return Message{Topic: fmt.Sprintf("t/%d", i), Payload: bytes.Repeat([]byte{byte(i)}, 4<<10), QoS: 1}
+	}
+	n := readAhead/(4<<10) + 3
+	var ids []ID
+	for i := range n { // a window each: Append waits for its commit
+		id, err := s.Append(context.Background(), msg(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	flip := func(id ID) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		g := s.segs[len(s.segs)-1]
+		i := int(id - g.base)
+		off, n := int64(g.offs[i]), g.recLen(i)
+		b := make([]byte, n)
+		if _, err := g.f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		for j := range b {
+			b[j] ^= 0x5a
+		}
+		if _, err := g.f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := ids[n-1]
+	flip(last)
+	flip(ids[0])
+	id, m, ok, err := s.Head(LaneNormal, last-1)
+	if err != nil || !ok || id != last || !equalMsg(m, msg(n-1)) {
+		t.Fatalf("the window just committed: id %d ok %v err %v; want %d intact", id, ok, err, last)
+	}
+	id, _, ok, err = s.Head(LaneNormal, 0)
+	if err != nil || !ok || id != ids[1] {
+		t.Fatalf("the first record, its bytes flipped, read as record %d (ok %v, err %v): want it dropped, then %d", id, ok, err, ids[1])
+	}
+	if st := s.Stats(); st.Dropped[DropCorrupt] != 1 {
+		t.Fatalf("%d records dropped as corrupt, want the flipped first one", st.Dropped[DropCorrupt])
+	}
+}
