@@ -20,7 +20,7 @@ func TestReportReproducesResults(t *testing.T) {
 // TestFloorReproducesResults: the -floor table of the committed
 // bench/floor.sh run is the committed one (bench/README.md quotes it).
 func TestFloorReproducesResults(t *testing.T) {
-	reporttest.SameTable(t, "../results/floor-raw-2026-12-01-222632.jsonl", "../results/floor-2026-12-01-222632.md", floorTable)
+	reporttest.SameTable(t, "../results/floor-raw-2026-12-01-230300.jsonl", "../results/floor-2026-12-01-230300.md", floorTable)
 }
 
 func TestMedian(t *testing.T) {
