@@ -69,6 +69,20 @@ func (s *uplinkStore) answered(w uint16) uint16 {
 	return r.pid
 }
 
+// requestWait reports whether busy, a channel pickWire returned, is a
+// request's: a wait on it is bounded by ack_timeout (waitForID), a wait
+// on a flow is not.
+func (s *uplinkStore) requestWait(busy <-chan struct{}) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.reqs {
+		if r.done == busy {
+			return true
+		}
+	}
+	return false
+}
+
 // dropRequests ends every request of the connection that ended: paho
 // failed them, and their ids are free again.
 func (s *uplinkStore) dropRequests() {

@@ -136,6 +136,20 @@ func (s *session5) begin(rec spool.ID, qos byte, lane spool.Lane, size int) (*fl
 	return f, nil
 }
 
+// requestWait reports whether busy, a channel begin returned, is a
+// request's: a wait on it is bounded by ack_timeout (waitForID), a wait
+// on a flow is not.
+func (s *session5) requestWait(busy <-chan struct{}) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.req {
+		if r.done == busy {
+			return true
+		}
+	}
+	return false
+}
+
 // abandon removes an announced flow paho did not take (AddToSession was
 // not called, or failed). A flow paho took stays: it is on the wire or
 // will be re-sent.

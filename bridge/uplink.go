@@ -71,29 +71,38 @@ func (s *uplink) getCause() error {
 	return s.cause
 }
 
-// teardown reports the uplink down at once and closes its socket; paho's
-// reader then fails and reports the connection lost to the owner.
-// waitForID waits until busy is closed: the packet id a publish needs is
-// held by a flow 65535 records older or by a SUBSCRIBE/UNSUBSCRIBE
-// (requestid.go). false: ctx ended, or the id stayed held past
-// ack_timeout and the uplink was torn down. A flow's wait ends sooner
-// (the ack watchdog tears the uplink down first), but a broker that never
-// answers a request on a live connection would otherwise stop the sender
-// for good; the next connection frees the request's id.
-func (s *uplink) waitForID(ctx context.Context, busy <-chan struct{}) bool {
-	t := time.NewTimer(s.b.cfg.AckTimeout)
-	defer t.Stop()
+// waitForID waits until busy is closed: the packet id a QoS 2 publish
+// needs is held by a flow 65535 records older or, byRequest, by a
+// SUBSCRIBE/UNSUBSCRIBE (requestid.go). false: ctx ended, or a request
+// kept the id past ack_timeout and the uplink was torn down. A broker
+// that never answers a request on a live connection would otherwise stop
+// the sender for good; the next connection frees the request's id. A
+// flow's wait is not bounded here: the flow is in the acker's hands, and
+// its watchdog tears the uplink down only if nothing at all arrived from
+// upstream since the flow was sent. On a slow link whose acks take longer
+// than ack_timeout while traffic flows (a long backlog sent with
+// live-first or lanes), a bound here would tear a healthy uplink down,
+// and its successor again, since the flow is resumed first.
+func (s *uplink) waitForID(ctx context.Context, busy <-chan struct{}, byRequest bool) bool {
+	var expired <-chan time.Time
+	if byRequest {
+		t := time.NewTimer(s.b.cfg.AckTimeout)
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-busy:
 		return true
 	case <-ctx.Done():
 		return false
-	case <-t.C:
-		s.teardown(fmt.Errorf("a packet id stayed held past ack_timeout (%s): an unanswered SUBSCRIBE or UNSUBSCRIBE, or an unacknowledged publish", s.b.cfg.AckTimeout))
+	case <-expired:
+		s.teardown(fmt.Errorf("a SUBSCRIBE or UNSUBSCRIBE held the packet id a QoS 2 publish needs past ack_timeout (%s) without an answer", s.b.cfg.AckTimeout))
 		return false
 	}
 }
 
+// teardown reports the uplink down at once and closes its socket; paho's
+// reader then fails and reports the connection lost to the owner.
 func (s *uplink) teardown(why error) {
 	s.setCause(why)
 	s.b.setState(Disconnected, "", why)

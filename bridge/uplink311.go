@@ -103,7 +103,7 @@ func (s *uplink311) claim(ctx context.Context, f *inflight, m spool.Message, _ i
 			}
 			return true
 		}
-		if !s.waitForID(ctx, busy) {
+		if !s.waitForID(ctx, busy, s.b.store.requestWait(busy)) {
 			return false
 		}
 	}

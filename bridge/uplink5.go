@@ -154,7 +154,7 @@ func (s *uplink5) refuse(m spool.Message, size int) byte {
 func (s *uplink5) claim(ctx context.Context, f *inflight, m spool.Message, size int) bool {
 	for f.f == nil {
 		var busy <-chan struct{}
-		if f.f, busy = s.b.sess5.begin(f.id, m.QoS, m.Lane, size); f.f == nil && !s.waitForID(ctx, busy) {
+		if f.f, busy = s.b.sess5.begin(f.id, m.QoS, m.Lane, size); f.f == nil && !s.waitForID(ctx, busy, s.b.sess5.requestWait(busy)) {
 			return false
 		}
 	}
