@@ -197,6 +197,8 @@
 // reason) until their segment can be deleted. Memory is 4 bytes plus one bit
 // per record on disk, plus one segment struct per file, plus the records
 // waiting for their commit write (SyncBatch, SyncAlways: one window's, at
-// most one segment, TestPendingBoundedBySegment); payloads are read back
-// from disk (usually the page cache) by Next and Peek.
+// most one segment, TestPendingBoundedBySegment), plus one read-ahead
+// block of 32 KiB; payloads are read back from disk (usually the page
+// cache) by Next and Peek; the last commit's window usually comes from
+// the block, filled by its write (TestCommittedWindowReadFromMemory).
 package spool

@@ -214,7 +214,7 @@ type Spool struct {
 	acksSpare  []ackRange // recycled by the flusher
 	wbuf       []byte     // record encoding scratch
 	pend       pending    // records not yet written (pending.go)
-	ahead      readBlock  // read's block; its own lock, a leaf taken without mu
+	ahead      readBlock  // read's block; its own lock, a leaf: read takes it without mu, seed under mu without waiting
 	cover      coverWatch // the last window, watched for the upstream's acks (covered.go)
 
 	// The ids file (ids.go), guarded by mu; the flusher fsyncs idsFile.
@@ -829,8 +829,16 @@ type readBlock struct {
 // if they fit alone: a sender reading an older backlog from the block
 // then reads it again, one pread per commit at most. Only bytes written
 // whole may be seeded: a failed write is cut off again.
+//
+// The caller holds the spool's mu, and read holds c.mu across its pread:
+// waiting for c.mu here would hold every append, ack and scan behind a
+// reader's disk read (a cold backlog on a slow SD card). A block in use
+// is not seeded: the seed is only a saving, and the reader replaces the
+// block anyway.
 func (c *readBlock) seed(f *os.File, off int64, b []byte) {
-	c.mu.Lock()
+	if !c.mu.TryLock() {
+		return
+	}
 	defer c.mu.Unlock()
 	switch {
 	case c.f == f && c.off+int64(len(c.buf)) == off && len(c.buf)+len(b) <= readAhead:
