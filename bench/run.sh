@@ -12,6 +12,7 @@
 #   MOSQUITTO        mosquitto binary (default /usr/sbin/mosquitto)
 #   EDGEGW_BIN       an edgegw binary to measure instead of building one
 #                    (paired runs of two builds: see bench/README.md)
+#   EDGEGW_LABEL     its name in the results (default edgegw; bench/ab.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -241,7 +242,7 @@ for sc in $SCENARIOS; do
       sfx=-sensors
     fi
     start_broker "$b" "$sfx"
-    label=$b; [[ $b == edgegw ]] && label=$edgegw_label
+    label=$b; [[ $b == edgegw ]] && label=${EDGEGW_LABEL:-$edgegw_label}
     rss0=$(rss "$broker_pid"); cpu0=$(cpu_us "$broker_pid"); rss_ready=0
     vcsw0=$(vcsw "$broker_pid"); t0=$(now_us)
     rm -f "$work/ready" "$work/peak" "$work/hs.ready" "$work/hs.done"

@@ -18,13 +18,17 @@
 #                     two designs) and mosquitto in 3 alternating rounds
 #                     (~13 min), writes bench/results/floor-<date>.md,
 #                     floor-latest.md
+#   make bench-ab A=<rev|binary> B=<rev|binary>
+#                     two edgegw builds in 4 alternating rounds of sensors
+#                     (~5 min), writes bench/results/ab-<date>.md,
+#                     ab-raw-<date>.jsonl, ab-latest.md
 #
 # Knobs: BENCH_DURATION, BENCH_SCENARIOS, BENCH_BROKERS, BENCH_IDLE_CONNS,
 # BENCH_SENSORS_DURATION (see bench/README.md); DRAIN_SCENARIOS,
 # DRAIN_GATEWAYS for the drain; LANES_SCENARIOS, LANES_MODES, LANES_COUNT,
 # LANES_RATE, LANES_RTT, LANES_LINK_RATE, LANES_DURATION for the lanes.
 
-.PHONY: bench bench-quick bench-drain bench-lanes bench-floor
+.PHONY: bench bench-quick bench-drain bench-lanes bench-floor bench-ab
 
 bench:
 	./bench/run.sh
@@ -39,6 +43,10 @@ bench-lanes:
 
 bench-floor:
 	./bench/floor.sh
+
+bench-ab:
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make bench-ab A=<revision or binary> B=<revision or binary>"; exit 2; }
+	./bench/ab.sh "$(A)" "$(B)"
 
 bench-quick:
 	BENCH_DURATION=2s BENCH_SENSORS_DURATION=4s BENCH_IDLE_CONNS=1000 ./bench/run.sh

@@ -7,11 +7,12 @@ import (
 	"strings"
 )
 
-// floorTable is the -floor table (bench/floor.sh): the same scenarios run
-// in several alternating rounds by edgegw, the Go floor (bench/gofloor) and
-// mosquitto, each broker's CPU % per round, its median and the median's
-// ratio to mosquitto's. Rounds, not one pair: the figures are a few % of a
-// core on a shared machine.
+// floorTable is the -floor table (bench/floor.sh, bench/ab.sh): the same
+// scenarios run in several alternating rounds by edgegw, the Go floor
+// (bench/gofloor) and mosquitto, or by two edgegw builds; each broker's
+// CPU % per round, its median and the median's ratio to mosquitto's (to
+// the first broker's when mosquitto did not run). Rounds, not one pair:
+// the figures are a few % of a core on a shared machine.
 func floorTable(w io.Writer, title string, recs []record) {
 	var scenarios, brokers []string
 	cpu := map[[2]string][]float64{}
@@ -34,11 +35,17 @@ func floorTable(w io.Writer, title string, recs []record) {
 		}
 		lost[k] += r.Gen.Lost + r.Gen.UpLost
 	}
+	// The ratios are to mosquitto's median; without mosquitto (bench/ab.sh)
+	// to the first broker's.
+	refName := "mosquitto"
+	if !slices.Contains(brokers, refName) && len(brokers) > 0 {
+		refName = brokers[0]
+	}
 	fmt.Fprintf(w, "# %s\n\n", title)
-	fmt.Fprintf(w, "Broker CPU %% of a core, sampled between the generator's handshakes; × mosquitto = median / mosquitto's median.\n\n")
-	fmt.Fprintf(w, "| scenario | broker | CPU %% per round | median | × mosquitto | wakeups/s (median) | lost |\n|---|---|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "Broker CPU %% of a core, sampled between the generator's handshakes; × %s = median / %s's median.\n\n", refName, refName)
+	fmt.Fprintf(w, "| scenario | broker | CPU %% per round | median | × %s | wakeups/s (median) | lost |\n|---|---|---|---:|---:|---:|---:|\n", refName)
 	for _, sc := range scenarios {
-		ref, refOK := median(cpu[[2]string{sc, "mosquitto"}])
+		ref, refOK := median(cpu[[2]string{sc, refName}])
 		for _, b := range brokers {
 			k := [2]string{sc, b}
 			m, ok := median(cpu[k])

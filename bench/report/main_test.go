@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/edgegw/edgegw/bench/internal/reporttest"
@@ -36,6 +37,21 @@ func TestMedian(t *testing.T) {
 	} {
 		if got, ok := median(c.in); got != c.want || ok != c.ok {
 			t.Errorf("median(%v) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestFloorTableWithoutMosquitto: an A/B of two builds (bench/ab.sh) has
+// no mosquitto; its ratios are to the first build's median.
+func TestFloorTableWithoutMosquitto(t *testing.T) {
+	rec := func(b string, cpu int64) record {
+		return record{Broker: b, Scenario: "sensors", CPUus: cpu, WallUs: 1e6}
+	}
+	var b strings.Builder
+	floorTable(&b, "ab", []record{rec("old", 100000), rec("new", 80000), rec("old", 120000), rec("new", 90000), rec("old", 110000), rec("new", 70000)})
+	for _, want := range []string{"× old", "| sensors | old | 10.00, 12.00, 11.00 | 11.00 | 1.00 |", "| sensors | new | 8.00, 9.00, 7.00 | 8.00 | 0.73 |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
 	}
 }
