@@ -12,13 +12,14 @@
 # Writes bench/results/ab-<date>.md, ab-raw-<date>.jsonl and ab-latest.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/rounds.sh
+. bench/rounds.sh
 
 [[ $# -eq 2 ]] || { echo "usage: bench/ab.sh A B (git revisions or edgegw binaries)" >&2; exit 2; }
 ROUNDS=${BENCH_AB_ROUNDS:-4}
 SCENARIOS=${BENCH_AB_SCENARIOS:-"sensors"}
 GO=${GO:-go}
 stamp=$(date +%Y-%m-%d-%H%M%S)
-results=bench/results
 tmp=$(mktemp -d /tmp/edgegw-ab.XXXXXX)
 cleanup() {
   for wt in "$tmp"/wt-*; do [[ -d $wt ]] && git worktree remove --force "$wt" 2>/dev/null; done
@@ -49,17 +50,9 @@ for r in $(seq "$ROUNDS"); do
     pair=("$bin_a:$label_a" "$bin_b:$label_b")
     (( r % 2 == 0 )) && pair=("$bin_b:$label_b" "$bin_a:$label_a")
     for p in "${pair[@]}"; do
-      b=${p%%:*}; l=${p#*:}
-      EDGEGW_BIN=$b EDGEGW_LABEL=$l BENCH_RESULTS="$tmp/run" BENCH_BROKERS=edgegw BENCH_SCENARIOS=$sc \
-        ./bench/run.sh >"$tmp/run.out" 2>&1 || { cat "$tmp/run.out" >&2; exit 1; }
-      echo "   round $r $(grep -E "^   $sc +$l " "$tmp/run.out" | sed 's/^ *//')"
-      cat "$tmp"/run/raw-*.jsonl >>"$tmp/raw.jsonl"
-      rm -rf "$tmp/run"
+      run_round "$r" "$sc" "${p#*:}" EDGEGW_BIN="${p%%:*}" EDGEGW_LABEL="${p#*:}" BENCH_BROKERS=edgegw
     done
   done
 done
 
-mkdir -p "$results"
-cp "$tmp/raw.jsonl" "$results/ab-raw-$stamp.jsonl"
-bin/bench-report -floor -in "$tmp/raw.jsonl" -md "$results/ab-$stamp.md" -latest "$results/ab-latest.md" \
-  -title "edgegw $label_a against $label_b $stamp ($ROUNDS rounds, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+rounds_report ab "edgegw $label_a against $label_b $stamp ($ROUNDS rounds, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -12,13 +12,14 @@
 # and run.sh's BENCH_SENSORS_DURATION, BENCH_PORT_*, MOSQUITTO.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/rounds.sh
+. bench/rounds.sh
 
 ROUNDS=${BENCH_FLOOR_ROUNDS:-3}
 SCENARIOS=${BENCH_FLOOR_SCENARIOS:-"sensors sensors-local"}
 BROKERS=${BENCH_FLOOR_BROKERS:-"edgegw gofloor gofloor-epoll mosquitto"}
 GO=${GO:-go}
 stamp=$(date +%Y-%m-%d-%H%M%S)
-results=bench/results
 tmp=$(mktemp -d /tmp/edgegw-floor.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -42,16 +43,9 @@ echo "== floor: $ROUNDS rounds of $SCENARIOS by $BROKERS"
 for r in $(seq "$ROUNDS"); do
   for sc in $SCENARIOS; do
     for b in $(rotated "$BROKERS" "$r"); do
-      BENCH_RESULTS="$tmp/run" BENCH_BROKERS=$b BENCH_SCENARIOS=$sc ./bench/run.sh >"$tmp/run.out" 2>&1 ||
-        { cat "$tmp/run.out" >&2; exit 1; }
-      echo "   round $r $(grep -E "^   $sc +$b " "$tmp/run.out" | sed 's/^ *//')"
-      cat "$tmp"/run/raw-*.jsonl >>"$tmp/raw.jsonl"
-      rm -rf "$tmp/run"
+      run_round "$r" "$sc" "$b" BENCH_BROKERS="$b"
     done
   done
 done
 
-mkdir -p "$results"
-cp "$tmp/raw.jsonl" "$results/floor-raw-$stamp.jsonl"
-bin/bench-report -floor -in "$tmp/raw.jsonl" -md "$results/floor-$stamp.md" -latest "$results/floor-latest.md" \
-  -title "edgegw, the Go floor and mosquitto $stamp ($ROUNDS rounds, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+rounds_report floor "edgegw, the Go floor and mosquitto $stamp ($ROUNDS rounds, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
