@@ -28,10 +28,13 @@ import (
 
 // deferrer is a publisher whose acknowledgement can wait: deferAck is called
 // at most once per message, when something (a sink, or a congested
-// subscriber) needs the ack to wait, and returns the function that releases
-// it. The client's reader implements it without allocating unless called.
+// subscriber) needs the ack to wait, and returns the message's keep, whose
+// last finish releases it. The client's reader implements it without
+// allocating unless called, and then with one allocation (the slot and its
+// keep together: a reading deferred at a sensor fleet's rate made three,
+// and their garbage was a GC cycle every few seconds, issue 16).
 type deferrer interface {
-	deferAck() func(error)
+	deferAck() *keep
 }
 
 // keeper creates a message's keep on first need.
@@ -51,7 +54,7 @@ func (h *keeper) get() *keep {
 		return nil
 	}
 	if h.k == nil {
-		h.k = &keep{done: h.d.deferAck()}
+		h.k = h.d.deferAck()
 		h.k.left.Store(1) // the guard, released when routing is done
 	}
 	return h.k
@@ -62,7 +65,7 @@ type keep struct {
 	left atomic.Int32 // outstanding verdicts, plus one guard while dispatching
 	mu   sync.Mutex
 	errs []error
-	done func(error)
+	slot *ackSlot // told the combined verdict by the last finish
 }
 
 func (k *keep) finish(name string, err error) {
@@ -75,7 +78,7 @@ func (k *keep) finish(name string, err error) {
 		k.mu.Lock()
 		err := errors.Join(k.errs...)
 		k.mu.Unlock()
-		k.done(err)
+		k.slot.decide(err)
 	}
 }
 
@@ -98,19 +101,22 @@ type pendingAck struct {
 
 // deferAck opens an ack slot. It takes c.amu, so it must not be called with
 // a session lock held (lock order: doc.go).
-func (pa *pendingAck) deferAck() func(error) {
-	c, id, q2 := pa.c, pa.id, pa.q2
-	sess := c.sess
-	slot := &ackSlot{qos: pa.qos, id: pa.id, topic: pa.topic}
+func (pa *pendingAck) deferAck() *keep {
+	c := pa.c
+	slot := &ackSlot{qos: pa.qos, id: pa.id, topic: pa.topic, c: c, sess: c.sess, q2: pa.q2}
+	slot.keep.slot = slot
 	c.amu.Lock()
 	c.acks = append(c.acks, slot)
 	c.amu.Unlock()
-	return func(err error) {
-		if q2 != nil {
-			sess.qos2Verdict(id, q2, err) // before the PUBREC goes out
-		}
-		c.slotDoneFlush(slot, err) // written inline, not by a goroutine per ack (writer.go)
+	return &slot.keep
+}
+
+// decide gives a deferred slot its verdict.
+func (s *ackSlot) decide(err error) {
+	if s.q2 != nil {
+		s.sess.qos2Verdict(s.id, s.q2, err) // before the PUBREC goes out
 	}
+	s.c.slotDoneFlush(s, err) // written inline, not by a goroutine per ack (writer.go)
 }
 
 // statePos is the inbound QoS 2 id's record, which the PUBREC promises.
@@ -131,6 +137,12 @@ type ackSlot struct {
 	code  packet.ReasonCode // the success code to send (0x10 when nothing matched)
 	done  bool
 	err   error
+
+	// A slot opened by deferAck: whose it is, and the message's keep.
+	c    *client
+	sess *session  // c's session when the slot was opened
+	q2   *inbound2 // QoS 2: the session's state of the id, told the verdict
+	keep keep
 }
 
 func (c *client) addSlot(p *packet.Publish) *ackSlot {

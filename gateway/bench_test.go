@@ -48,7 +48,7 @@ func (r *loopReader) Read(p []byte) (int, error) {
 
 // benchClient connects a client to srv as the reader's CONNECT handling
 // would, without a network and without a writer goroutine.
-func benchClient(b *testing.B, srv *Server, id string) *client {
+func benchClient(tb testing.TB, srv *Server, id string) *client {
 	c := newClient(srv, nopConn{}, "bench", "")
 	c.version = packet.V311
 	c.id = id
@@ -67,28 +67,62 @@ topic deny sensors/secret/#
 pattern readwrite clients/%c/#
 `
 
-func benchPublishPath(b *testing.B, subs int, qos byte, acl bool) {
+// commitSink is an asynchronous sink that holds each message's done until
+// the benchmark loop plays its group commit, as a bridge's spool does: the
+// publisher's acknowledgement is deferred (ack.go).
+type commitSink struct{ dones []func(error) }
+
+func (s *commitSink) Accept(*Message) error { return nil }
+
+func (s *commitSink) AcceptAsync(_ *Message, done func(error)) { s.dones = append(s.dones, done) }
+
+func (s *commitSink) commit() {
+	for i, done := range s.dones {
+		done(nil)
+		s.dones[i] = nil
+	}
+	s.dones = s.dones[:0]
+}
+
+// publishRig is a server with subscribers and a publisher whose stream
+// step plays one PUBLISH of, from the bytes to the subscribers' encoded
+// writes and the publisher's ack.
+type publishRig struct {
+	qos     byte
+	pub     *client
+	readers []*client
+	sink    commitSink
+	ws      *wstate
+	wbuf    []byte
+}
+
+func newPublishRig(tb testing.TB, subs int, qos byte, acl, bridged bool) *publishRig {
 	var opts Options
 	if acl {
-		p := filepath.Join(b.TempDir(), "acl")
+		p := filepath.Join(tb.TempDir(), "acl")
 		if err := os.WriteFile(p, []byte(benchACL), 0o600); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		files := &auth.Files{ACLFile: p}
 		if err := files.Load(); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		opts.Authorizer = files
 	}
 	srv := New(opts, nil)
-	readers := make([]*client, subs)
-	for i := range readers {
-		c := benchClient(b, srv, fmt.Sprintf("sub%d", i))
+	r := &publishRig{qos: qos, readers: make([]*client, subs), ws: getWstate(), wbuf: make([]byte, 0, maxBatch)}
+	for i := range r.readers {
+		c := benchClient(tb, srv, fmt.Sprintf("sub%d", i))
 		sub := subscription{sess: c.sess, qos: qos}
 		c.sess.subscribe(c, "sensors/+/temp", "sensors/+/temp", sub)
-		readers[i] = c
+		r.readers[i] = c
 	}
-	pub := benchClient(b, srv, "pub")
+	if bridged {
+		if err := srv.AddSink("cloud", "sensors/#", &r.sink); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	r.pub = benchClient(tb, srv, "pub")
 
 	// 64 publishes of a 64-byte payload, as a client sends them.
 	var stream []byte
@@ -99,46 +133,56 @@ func benchPublishPath(b *testing.B, subs int, qos byte, acl bool) {
 		}
 		stream, _ = packet.Append(stream, p, packet.V311)
 	}
-	pub.rs = &rstate{br: bufio.NewReaderSize(&loopReader{b: stream}, readBufSize)}
-	ws := getWstate()
-	wbuf := make([]byte, 0, maxBatch)
+	r.pub.rs = &rstate{br: bufio.NewReaderSize(&loopReader{b: stream}, readBufSize)}
+	return r
+}
 
+// step routes one PUBLISH and plays everyone else's part: the sink's
+// commit, the subscribers' writers and acks, the publisher's writer.
+func (r *publishRig) step(tb testing.TB) {
+	pk, err := r.pub.decodeNext(0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := r.pub.handle(pk); err != nil {
+		tb.Fatal(err)
+	}
+	r.sink.commit()
+	ws := r.ws
+	for _, c := range r.readers {
+		var rel []*keep
+		ws.out, rel, _ = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
+		releaseWaiters(rel)
+		r.wbuf = r.wbuf[:0]
+		for j := range ws.out {
+			r.wbuf = c.appendOutgoing(ws, r.wbuf, &ws.out[j])
+		}
+		clear(ws.out)
+		if r.qos > 0 { // the subscriber acknowledges at once
+			for id := range c.sess.inflight {
+				c.sess.ackPuback(c, id)
+			}
+		}
+	}
+	if r.qos > 0 { // the publisher's acks, as its writer would send them
+		pub := r.pub
+		pub.wmu.Lock()
+		r.wbuf = r.wbuf[:0]
+		for j := range pub.ctrl {
+			r.wbuf, _ = pub.appendCtrl(ws, r.wbuf, &pub.ctrl[j])
+		}
+		clear(pub.ctrl)
+		pub.ctrl = pub.ctrl[:0]
+		pub.wmu.Unlock()
+	}
+}
+
+func benchPublishPath(b *testing.B, subs int, qos byte, acl, bridged bool) {
+	r := newPublishRig(b, subs, qos, acl, bridged)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		pk, err := pub.decodeNext(0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := pub.handle(pk); err != nil {
-			b.Fatal(err)
-		}
-		// The subscribers' writers: take what is sendable, encode it.
-		for _, c := range readers {
-			var rel []*keep
-			ws.out, rel, _ = c.sess.takeSendable(c, c.window, time.Now(), maxBatch, ws.out[:0])
-			releaseWaiters(rel)
-			wbuf = wbuf[:0]
-			for j := range ws.out {
-				wbuf = c.appendOutgoing(ws, wbuf, &ws.out[j])
-			}
-			clear(ws.out)
-			if qos > 0 { // the subscriber acknowledges at once
-				for id := range c.sess.inflight {
-					c.sess.ackPuback(c, id)
-				}
-			}
-		}
-		if qos > 0 { // the publisher's acks, as its writer would send them
-			pub.wmu.Lock()
-			wbuf = wbuf[:0]
-			for j := range pub.ctrl {
-				wbuf, _ = pub.appendCtrl(ws, wbuf, &pub.ctrl[j])
-			}
-			clear(pub.ctrl)
-			pub.ctrl = pub.ctrl[:0]
-			pub.wmu.Unlock()
-		}
+		r.step(b)
 	}
 }
 
@@ -151,11 +195,18 @@ func BenchmarkPublishPath(b *testing.B) {
 					name += "/acl"
 				}
 				b.Run(name, func(b *testing.B) {
-					benchPublishPath(b, subs, qos, acl)
+					benchPublishPath(b, subs, qos, acl, false)
 				})
 			}
 		}
 	}
+}
+
+// BenchmarkPublishPathBridged is the sensor fleet's path (issue 16): a
+// QoS 1 reading to one local subscriber and to a bridge's spool, whose
+// group commit releases the publisher's PUBACK.
+func BenchmarkPublishPathBridged(b *testing.B) {
+	benchPublishPath(b, 1, 1, false, true)
 }
 
 // BenchmarkMayRead is the per-delivery authorization check with its verdict

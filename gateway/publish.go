@@ -102,7 +102,7 @@ func (c *client) handlePublish(p *packet.Publish) error {
 			// A resend while the original's sinks have not decided: the
 			// ack waits for the same verdict (principle 4).
 			c.in.done() // counted with the original
-			c.sess.waitQoS2(p.PacketID, e, c.pa.deferAck())
+			c.sess.waitQoS2(p.PacketID, e, c.pa.deferAck().slot.decide)
 			return nil
 		}
 		c.pa.q2 = e // a new flow, open until its PUBCOMP
