@@ -115,8 +115,12 @@ func TestBatchWriterFlushAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if n != 0 {
-		t.Errorf("%.1f allocations per packet written and flushed, want 0", n)
+	want := 0.0
+	if raceBuild { // the race detector allocates once per flush (3 before the change, 1 after)
+		want = 1
+	}
+	if n > want {
+		t.Errorf("%.1f allocations per packet written and flushed, want %.0f", n, want)
 	}
 }
 
