@@ -43,8 +43,15 @@ func (s *uplink) ack(ctx context.Context, win *sendWindow, pending <-chan inflig
 		done := f.done
 	wait:
 		for {
+			if f.direct && f.out.ended.Load() {
+				timer.Stop()
+				break wait
+			}
 			select {
 			case <-done:
+				if f.direct {
+					continue // a wake-up shared by the direct publishes: look again
+				}
 				timer.Stop()
 				break wait
 			case <-tokDone:

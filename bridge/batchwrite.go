@@ -53,7 +53,7 @@ type batchWriter struct {
 	mu      sync.Mutex
 	pending []byte
 	spare   []byte        // the flusher's last buffer, reused
-	room    chan struct{} // closed and replaced when the flusher takes pending
+	room    chan struct{} // made by a waiting Write; closed (and nil) when the flusher takes pending
 	closing bool
 	err     error         // sticky: the first write error, or errWriterClosed
 	broken  error         // the write error or abort that closed the connection (not a Close)
@@ -66,7 +66,7 @@ type batchWriter struct {
 func newBatchWriter(conn net.Conn, raw syscall.RawConn, timeout time.Duration, onTimeout func(error)) *batchWriter {
 	w := &batchWriter{
 		conn: conn, raw: raw, timeout: timeout, onTimeout: onTimeout,
-		room: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	go w.flushLoop()
 	return w
@@ -76,6 +76,9 @@ func newBatchWriter(conn net.Conn, raw syscall.RawConn, timeout time.Duration, o
 func (w *batchWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	for w.err == nil && !w.closing && len(w.pending) > 0 && len(w.pending)+len(p) > maxPending {
+		if w.room == nil { // made only when a Write waits, not for every flush
+			w.room = make(chan struct{})
+		}
 		room := w.room
 		w.mu.Unlock()
 		select {
@@ -143,8 +146,7 @@ func (w *batchWriter) flushLoop() {
 			w.mu.Lock()
 			buf, closing := w.pending, w.closing
 			w.pending = w.spare[:0]
-			close(w.room)
-			w.room = make(chan struct{})
+			w.freeRoomLocked()
 			w.mu.Unlock()
 			if len(buf) == 0 {
 				w.spare = buf
@@ -162,6 +164,15 @@ func (w *batchWriter) flushLoop() {
 				w.spare = buf
 			}
 		}
+	}
+}
+
+// freeRoomLocked releases the Writes waiting for room, if any. Caller
+// holds mu.
+func (w *batchWriter) freeRoomLocked() {
+	if w.room != nil {
+		close(w.room)
+		w.room = nil
 	}
 }
 
@@ -195,8 +206,7 @@ func (w *batchWriter) fail(err error) {
 		w.err = err
 	}
 	w.pending = nil
-	close(w.room)
-	w.room = make(chan struct{})
+	w.freeRoomLocked()
 	w.mu.Unlock()
 }
 

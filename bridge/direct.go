@@ -15,8 +15,12 @@ package bridge
 //
 // The session is kept as paho keeps it. A direct QoS 1 publish is an
 // entry of the uplinkStore like paho's (by wire id; the acker waits for
-// its done, the ack watchdog sees it, a QoS 2 publish waits for its id,
-// a stop's drain waits for it). When a connection ends it stays there;
+// it to end, the ack watchdog sees it, a QoS 2 publish waits for its id,
+// a stop's drain waits for it). Its done channel is made only for those
+// other waiters (doneLocked): the acker, which waits for every one of
+// them, is woken by one channel of the store's (directEnded) and looks at
+// the flow's ended flag, so a reading costs no channel of its own.
+// When a connection ends it stays there;
 // on the next connect with a resumed session (clean_session false) paho
 // asks the store for what to re-send (All), and the store hands the
 // direct entries to paho then, as stored PUBLISHes under paho ids of
@@ -63,7 +67,7 @@ import (
 // announceDirect registers the QoS 1 publish of record rec (message m)
 // that the sender writes itself under wire id w.
 func (s *uplinkStore) announceDirect(rec spool.ID, w uint16, m spool.Message) *outbound {
-	e := &outbound{rec: rec, wire: w, done: make(chan struct{}), direct: true, msg: m}
+	e := &outbound{rec: rec, wire: w, direct: true, msg: directMsg{topic: m.Topic, payload: m.Payload, retain: m.Retain}}
 	s.mu.Lock()
 	s.wire[w], s.picked = e, 0
 	s.mu.Unlock()
@@ -82,15 +86,25 @@ func (s *uplinkStore) completeDirect(w uint16) bool {
 	}
 	delete(s.wire, w)
 	s.mu.Unlock()
-	s.complete(e.rec)
-	close(e.done)
+	s.complete(e.rec) // before anyone hears it ended
+	s.mu.Lock()
+	e.ended.Store(true)
+	done := e.done // made if something waits (doneLocked)
+	s.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
+	select { // the acker looks at ended once woken
+	case s.directEnded <- struct{}{}:
+	default: // a wake-up is pending: it will
+	}
 	return true
 }
 
 // adoptDirectLocked hands the direct publishes to paho for its resume:
 // each becomes a stored QoS 1 PUBLISH under a free paho packet id (paho
 // claims the ids it re-sends; it has claimed none before resume), keeping
-// its wire id and its done. Caller holds mu.
+// its wire id and its done (made now: Del closes it). Caller holds mu.
 func (s *uplinkStore) adoptDirectLocked() {
 	var pid uint16
 	for _, e := range s.wire {
@@ -100,8 +114,9 @@ func (s *uplinkStore) adoptDirectLocked() {
 		for pid++; s.out[pid] != nil; pid++ {
 		}
 		p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
-		p.Qos, p.Retain, p.TopicName, p.Payload, p.MessageID = 1, e.msg.Retain, e.msg.Topic, e.msg.Payload, pid
-		e.pid, e.pkt, e.direct, e.msg = pid, p, false, spool.Message{}
+		p.Qos, p.Retain, p.TopicName, p.Payload, p.MessageID = 1, e.msg.retain, e.msg.topic, e.msg.payload, pid
+		e.pid, e.pkt, e.direct, e.msg = pid, p, false, directMsg{}
+		e.doneLocked() // the resumed flow's acker waits on it
 		s.out[pid] = e
 	}
 }
@@ -140,7 +155,7 @@ func (s *uplink311) writeDirect(ctx context.Context, f *inflight, m spool.Messag
 	var w uint16
 	if f.out != nil {
 		w = f.out.wire
-		f.done = f.out.done
+		f.done, f.direct = s.b.store.directEnded, true
 	}
 	if s.pahoTail != nil {
 		select {

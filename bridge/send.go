@@ -26,6 +26,10 @@ type inflight struct {
 	// (3.1.1: the store's Del), or a PUBACK/PUBREC refusing it (5). nil:
 	// the flow ends with tok (3.1.1: QoS 0, or a publish paho refused).
 	done <-chan struct{}
+	// direct: a QoS 1 publish the bridge wrote itself (3.1.1, direct.go).
+	// done is then the store's directEnded, a wake-up shared by all of
+	// them, not closed for this one: the flow ended once out.ended.
+	direct bool
 	// tok is paho's token (3.1.1): an error ends the uplink. nil for a
 	// flow re-sent on connect and over MQTT 5.
 	tok mqtt.Token
@@ -84,6 +88,9 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending chan<- infli
 		b.sent.Add(1)
 		pending <- f
 	}
+	// f is passed by pointer through the protocol interface, so it lives
+	// on the heap: one for the sender, not one per message.
+	var f inflight
 	for {
 		id, m, err := s.pick.next(ctx) // by lane and drain policy (lanes.go)
 		if err != nil {
@@ -102,7 +109,7 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending chan<- infli
 		if !ok {
 			return
 		}
-		f := inflight{id: id, lane: m.Lane, st: st}
+		f = inflight{id: id, lane: m.Lane, st: st}
 		if m.QoS > 0 && !p.claim(ctx, &f, m, size) {
 			return
 		}

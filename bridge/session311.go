@@ -50,8 +50,17 @@ type outbound struct {
 	rec  spool.ID // the spool record it carries
 	pid  uint16   // paho's packet id; 0 until paho stored it
 	wire uint16   // the packet id on the wire: pickWireID's
-	pkt  packets.ControlPacket
-	done chan struct{} // closed by Del: PUBACK or PUBCOMP arrived
+	// ended: the flow of a direct publish completed (completeDirect),
+	// its record acked; set under the store's mu, read by the acker
+	// without it.
+	ended atomic.Bool
+	pkt   packets.ControlPacket
+	// done is closed by Del (PUBACK or PUBCOMP arrived) or
+	// completeDirect. A direct publish makes it only when something
+	// other than its acker waits for it (doneLocked): its acker waits on
+	// the store's directEnded and ended instead, so a reading costs no
+	// channel (issue 16).
+	done chan struct{}
 	// written is closed (and wrote set, under the store's mu) when the
 	// PUBLISH paho holds for it passed the connection's Write
 	// (markWritten), or its flow completed (Del: the reader may see the
@@ -64,7 +73,27 @@ type outbound struct {
 	// the message it carries; paho does not know it (pid 0) until a
 	// resumed session hands it to paho to re-send (adoptDirectLocked).
 	direct bool
-	msg    spool.Message
+	msg    directMsg
+}
+
+// directMsg is what paho needs of a direct publish to re-send it
+// (adoptDirectLocked).
+type directMsg struct {
+	topic   string
+	payload []byte
+	retain  bool
+}
+
+// doneLocked returns e's done, made if it was not (closed if its flow
+// ended). Caller holds the store's mu.
+func (e *outbound) doneLocked() chan struct{} {
+	if e.done == nil {
+		e.done = make(chan struct{})
+		if e.ended.Load() { // completeDirect found none to close
+			close(e.done)
+		}
+	}
+	return e.done
 }
 
 // released reports whether the broker sent PUBREC for it (it is a PUBREL
@@ -79,7 +108,11 @@ func (e *outbound) released() bool {
 // use: paho calls them from the sender (Publish) and its own goroutines.
 type uplinkStore struct {
 	complete func(rec spool.ID) // called by Del, outside mu, when a flow completed
-	resumed  atomic.Uint64      // outbound entries handed to paho's resume (All)
+	// directEnded (capacity 1) wakes the acker when a direct publish
+	// ended (completeDirect): it then looks at its flow's ended. One for
+	// every publish, in place of a channel each.
+	directEnded chan struct{}
+	resumed     atomic.Uint64 // outbound entries handed to paho's resume (All)
 
 	mu       sync.Mutex
 	next     *outbound            // the publish the sender is handing to paho
@@ -96,11 +129,12 @@ var _ mqtt.Store = (*uplinkStore)(nil)
 
 func newUplinkStore(complete func(rec spool.ID)) *uplinkStore {
 	return &uplinkStore{
-		complete: complete,
-		out:      make(map[uint16]*outbound),
-		wire:     make(map[uint16]*outbound),
-		reqs:     make(map[uint16]*request),
-		in:       make(map[string]packets.ControlPacket),
+		complete:    complete,
+		directEnded: make(chan struct{}, 1),
+		out:         make(map[uint16]*outbound),
+		wire:        make(map[uint16]*outbound),
+		reqs:        make(map[uint16]*request),
+		in:          make(map[string]packets.ControlPacket),
 	}
 }
 
@@ -135,7 +169,7 @@ func (s *uplinkStore) pickWire(rec spool.ID, qos byte) (uint16, <-chan struct{})
 	defer s.mu.Unlock()
 	w, wait := pickWireID(rec, qos, &s.wireNext, func(w uint16) <-chan struct{} {
 		if e := s.wire[w]; e != nil {
-			return e.done
+			return e.doneLocked()
 		}
 		if r := s.reqs[w]; r != nil { // a SUBSCRIBE's (requestid.go)
 			return r.done
@@ -214,7 +248,7 @@ func (s *uplinkStore) pendingPubrels() []<-chan struct{} {
 	var chs []<-chan struct{}
 	for _, e := range s.out {
 		if e.released() {
-			chs = append(chs, e.done)
+			chs = append(chs, e.doneLocked())
 		}
 	}
 	return chs
@@ -227,7 +261,7 @@ func (s *uplinkStore) doneChans() []<-chan struct{} {
 	defer s.mu.Unlock()
 	chs := make([]<-chan struct{}, 0, len(s.wire))
 	for _, e := range s.wire { // paho's entries and the direct ones
-		chs = append(chs, e.done)
+		chs = append(chs, e.doneLocked())
 	}
 	return chs
 }
@@ -355,7 +389,7 @@ func (s *uplinkStore) Del(key string) {
 	s.mu.Unlock()
 	if e != nil {
 		s.complete(e.rec)
-		close(e.done)
+		close(e.done) // paho's entries have theirs (announce, adoptDirectLocked)
 	}
 }
 

@@ -85,8 +85,12 @@ type sendWindow struct {
 	maxQoS2  int  // max_inflight_qos2, at most maxCount
 	auto     bool // size by the link (bytes), within maxCount
 
-	mu     sync.Mutex
-	wake   chan struct{} // closed and replaced when room may have appeared
+	mu sync.Mutex
+	// wake is closed (and set to nil) when room may have appeared. It is
+	// made only when the sender waits (under mu, where it found no room),
+	// not for every release: at a sensor's rate the sender almost never
+	// waits, and a channel per ack was a third of the bridge's garbage.
+	wake   chan struct{}
 	count  int
 	qos2   int
 	bytes  int
@@ -109,7 +113,7 @@ type sendWindow struct {
 func newSendWindow(maxCount, maxQoS2 int, auto bool, now time.Time) *sendWindow {
 	return &sendWindow{
 		maxCount: maxCount, maxQoS2: min(maxQoS2, maxCount), auto: auto,
-		wake: make(chan struct{}), cwnd: windowInit, ackAt: now,
+		cwnd: windowInit, ackAt: now,
 	}
 }
 
@@ -155,6 +159,9 @@ func (w *sendWindow) acquire(ctx context.Context, size int, qos byte) (stamp, bo
 			return st, true
 		}
 		w.appLimited = false // the window holds the sender back: samples measure the link
+		if w.wake == nil {
+			w.wake = make(chan struct{})
+		}
 		wake := w.wake
 		w.mu.Unlock()
 		select {
@@ -205,8 +212,10 @@ func (w *sendWindow) release(st stamp, now time.Time) {
 	if w.auto && st.qos > 0 {
 		w.learnLocked(st, now)
 	}
-	close(w.wake)
-	w.wake = make(chan struct{})
+	if w.wake != nil { // the sender waits
+		close(w.wake)
+		w.wake = nil
+	}
 	w.mu.Unlock()
 }
 
