@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -732,5 +733,27 @@ func TestSeedDoesNotWaitForTheReader(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("an append waited for the read-ahead block held by a reader")
 		}
+	}
+}
+
+// The small writes go through io_uring where the kernel offers it (this
+// machine's does; uring_linux.go): a spool that silently fell back to
+// ordinary writes would wake sysmon at every commit again (issue 16).
+func TestSmallWritesUseIOURing(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("io_uring is Linux's")
+	}
+	if _, err := os.Stat("/proc/sys/kernel/io_uring_disabled"); err == nil {
+		if b, _ := os.ReadFile("/proc/sys/kernel/io_uring_disabled"); strings.TrimSpace(string(b)) == "2" {
+			t.Skip("io_uring disabled by the kernel (kernel.io_uring_disabled=2)")
+		}
+	}
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch})
+	if s.ring == nil {
+		t.Fatal("the spool writes without io_uring")
+	}
+	appendN(t, s, 0, 10)
+	if got := all(t, s); len(got) != 10 {
+		t.Fatalf("%d records read back, want 10", len(got))
 	}
 }

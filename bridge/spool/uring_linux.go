@@ -1,0 +1,237 @@
+//go:build linux
+
+package spool
+
+// EXPERIMENT (branch spool-iouring, not merged): the commit's small writes
+// submitted through io_uring. A raw io_uring_enter never waits for the
+// disk: a buffered write that can complete at once does so during the
+// submission (its completion is then already in the ring), one that would
+// block is handed to the kernel's workers, and its completion is waited
+// for on an eventfd through the Go poller. (Registered for every
+// completion: an ASYNC registration signals only io-wq's, and a write
+// finished through task work never woke the waiter. An inline completion
+// also signals it; the waiter drains it, and with the processor busy no
+// thread sits in the poller to be woken by it.) So neither the
+// ordinary system call that wakes sysmon nor a raw one that could hold
+// the only processor for a slow SD card's journal.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+const (
+	sysIOUringSetup    = 425
+	sysIOUringEnter    = 426
+	sysIOUringRegister = 427
+
+	opWrite                 = 23 // IORING_OP_WRITE
+	registerEventfd         = 4  // IORING_REGISTER_EVENTFD
+	featSingleMmap          = 1  // IORING_FEAT_SINGLE_MMAP
+	offSQRing               = 0
+	offSQEs                 = 0x10000000
+	uringEntries            = 4
+	efdNonblock, efdCloexec = 0x800, 0x80000
+	sqeSize, cqeSize        = 64, 16
+)
+
+type sqringOffsets struct {
+	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
+	userAddr                                                        uint64
+}
+
+type cqringOffsets struct {
+	head, tail, ringMask, ringEntries, overflow, cqes, flags, resv1 uint32
+	userAddr                                                        uint64
+}
+
+type uringParams struct {
+	sqEntries, cqEntries, flags, sqThreadCPU, sqThreadIdle, features, wqFD uint32
+	resv                                                                   [3]uint32
+	sqOff                                                                  sqringOffsets
+	cqOff                                                                  cqringOffsets
+}
+
+// uring is one ring for a spool's writes; nil when io_uring is not
+// available (old kernel, disabled, filtered by seccomp): writes are then
+// ordinary.
+type uring struct {
+	mu    sync.Mutex
+	fd    int
+	ring  []byte // SQ and CQ rings (one mapping)
+	sqes  []byte
+	p     uringParams
+	event *os.File // eventfd, in the Go poller
+	erc   syscall.RawConn
+}
+
+func newURing() (*uring, error) {
+	u := &uring{}
+	fd, _, e := syscall.RawSyscall(sysIOUringSetup, uringEntries, uintptr(unsafe.Pointer(&u.p)), 0)
+	if e != 0 {
+		return nil, fmt.Errorf("io_uring_setup: %w", e)
+	}
+	u.fd = int(fd)
+	if u.p.features&featSingleMmap == 0 {
+		syscall.Close(u.fd)
+		return nil, errors.New("io_uring: no single mmap (kernel < 5.4)")
+	}
+	size := max(int(u.p.sqOff.array)+int(u.p.sqEntries)*4, int(u.p.cqOff.cqes)+int(u.p.cqEntries)*cqeSize)
+	ring, err := syscall.Mmap(u.fd, offSQRing, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	if err != nil {
+		syscall.Close(u.fd)
+		return nil, fmt.Errorf("io_uring mmap: %w", err)
+	}
+	sqes, err := syscall.Mmap(u.fd, offSQEs, int(u.p.sqEntries)*sqeSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	if err != nil {
+		syscall.Munmap(ring)
+		syscall.Close(u.fd)
+		return nil, fmt.Errorf("io_uring mmap sqes: %w", err)
+	}
+	u.ring, u.sqes = ring, sqes
+	efd, _, e := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, efdNonblock|efdCloexec, 0)
+	if e != 0 {
+		u.close()
+		return nil, fmt.Errorf("eventfd: %w", e)
+	}
+	if _, _, e := syscall.RawSyscall6(sysIOUringRegister, uintptr(u.fd), registerEventfd, uintptr(unsafe.Pointer(&efd)), 1, 0, 0); e != 0 {
+		syscall.Close(int(efd))
+		u.close()
+		return nil, fmt.Errorf("io_uring register eventfd: %w", e)
+	}
+	u.event = os.NewFile(efd, "io_uring-eventfd")
+	if u.erc, err = u.event.SyscallConn(); err != nil {
+		u.close()
+		return nil, err
+	}
+	return u, nil
+}
+
+func (u *uring) u32(off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&u.ring[off])) }
+
+func (u *uring) close() {
+	if u.event != nil {
+		u.event.Close()
+	}
+	if u.sqes != nil {
+		syscall.Munmap(u.sqes)
+	}
+	if u.ring != nil {
+		syscall.Munmap(u.ring)
+	}
+	syscall.Close(u.fd)
+}
+
+// writeAt writes all of b at off of f through the ring.
+func (u *uring) writeAt(f *os.File, b []byte, off int64) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return f.WriteAt(b, off)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	done := 0
+	for done < len(b) {
+		var res int32
+		var cerr error
+		if err := rc.Control(func(fd uintptr) { res, cerr = u.write(fd, b[done:], off+int64(done)) }); err != nil {
+			return done, &os.PathError{Op: "write", Path: f.Name(), Err: err}
+		}
+		if cerr != nil {
+			return done, &os.PathError{Op: "write", Path: f.Name(), Err: cerr}
+		}
+		switch {
+		case res < 0:
+			return done, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.Errno(-res)}
+		case res == 0:
+			return done, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.EIO}
+		}
+		done += int(res)
+	}
+	runtime.KeepAlive(b)
+	return done, nil
+}
+
+// write submits one write and waits for its completion. Caller holds mu
+// and f's descriptor (Control).
+func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
+	sq := &u.p.sqOff
+	tail := atomic.LoadUint32(u.tail(sq.tail))
+	mask := *u.u32(sq.ringMask)
+	i := tail & mask
+	sqe := u.sqes[i*sqeSize : (i+1)*sqeSize]
+	clear(sqe)
+	sqe[0] = opWrite
+	*(*int32)(unsafe.Pointer(&sqe[4])) = int32(fd)
+	*(*uint64)(unsafe.Pointer(&sqe[8])) = uint64(off)
+	*(*uint64)(unsafe.Pointer(&sqe[16])) = uint64(uintptr(unsafe.Pointer(&b[0])))
+	*(*uint32)(unsafe.Pointer(&sqe[24])) = uint32(len(b))
+	*(*uint32)(unsafe.Pointer(&u.ring[sq.array+i*4])) = i
+	atomic.StoreUint32(u.tail(sq.tail), tail+1)
+	for {
+		n, _, e := syscall.RawSyscall6(sysIOUringEnter, uintptr(u.fd), 1, 0, 0, 0, 0)
+		if e == syscall.EINTR || e == syscall.EAGAIN || e == syscall.EBUSY {
+			continue
+		}
+		if e != 0 {
+			return 0, fmt.Errorf("io_uring_enter: %w", e)
+		}
+		if n == 1 {
+			break
+		}
+	}
+	for {
+		if res, ok := u.reap(); ok {
+			u.drain()
+			return res, nil
+		}
+		// Not completed inline: wait for the eventfd in the poller.
+		var got bool
+		var res int32
+		err := u.erc.Read(func(efd uintptr) bool {
+			if res, got = u.reap(); got {
+				return true
+			}
+			var buf [8]byte
+			syscall.RawSyscall(syscall.SYS_READ, efd, uintptr(unsafe.Pointer(&buf[0])), 8)
+			res, got = u.reap()
+			return got
+		})
+		if err != nil {
+			return 0, err
+		}
+		if got {
+			return res, nil
+		}
+	}
+}
+
+func (u *uring) tail(off uint32) *uint32 { return u.u32(off) }
+
+// drain resets the eventfd an inline completion signalled, so the poller
+// does not find it readable later for nothing.
+func (u *uring) drain() {
+	u.erc.Control(func(efd uintptr) {
+		var buf [8]byte
+		syscall.RawSyscall(syscall.SYS_READ, efd, uintptr(unsafe.Pointer(&buf[0])), 8)
+	})
+}
+
+// reap takes the one completion if it is there.
+func (u *uring) reap() (int32, bool) {
+	cq := &u.p.cqOff
+	head := atomic.LoadUint32(u.u32(cq.head))
+	if head == atomic.LoadUint32(u.u32(cq.tail)) {
+		return 0, false
+	}
+	i := head & *u.u32(cq.ringMask)
+	res := *(*int32)(unsafe.Pointer(&u.ring[cq.cqes+i*cqeSize+8]))
+	atomic.StoreUint32(u.u32(cq.head), head+1)
+	return res, true
+}
