@@ -31,9 +31,10 @@ const (
 	sysIOUringEnter    = 426
 	sysIOUringRegister = 427
 
-	opWrite                 = 23 // IORING_OP_WRITE
-	registerEventfd         = 4  // IORING_REGISTER_EVENTFD
-	featSingleMmap          = 1  // IORING_FEAT_SINGLE_MMAP
+	opWrite                 = 23     // IORING_OP_WRITE
+	registerEventfd         = 4      // IORING_REGISTER_EVENTFD
+	featSingleMmap          = 1      // IORING_FEAT_SINGLE_MMAP (5.4)
+	featNativeWorkers       = 1 << 9 // IORING_FEAT_NATIVE_WORKERS (5.12)
 	offSQRing               = 0
 	offSQEs                 = 0x10000000
 	uringEntries            = 4
@@ -78,9 +79,13 @@ func newURing() (*uring, error) {
 		return nil, fmt.Errorf("io_uring_setup: %w", e)
 	}
 	u.fd = int(fd)
-	if u.p.features&featSingleMmap == 0 {
+	// 5.4 and 5.5 (Ubuntu 20.04's kernels) set up a ring but have no
+	// IORING_OP_WRITE: every write would complete with EINVAL. Before 5.12
+	// the ring is charged to RLIMIT_MEMLOCK and completions ran on older
+	// task_work and io-wq code. So only from 5.12 on.
+	if u.p.features&featSingleMmap == 0 || u.p.features&featNativeWorkers == 0 {
 		syscall.Close(u.fd)
-		return nil, errors.New("io_uring: no single mmap (kernel < 5.4)")
+		return nil, errors.New("io_uring: kernel older than 5.12")
 	}
 	size := max(int(u.p.sqOff.array)+int(u.p.sqEntries)*4, int(u.p.cqOff.cqes)+int(u.p.cqEntries)*cqeSize)
 	ring, err := syscall.Mmap(u.fd, offSQRing, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
