@@ -329,7 +329,7 @@ func Open(opts Options) (*Spool, error) {
 	if r, err := newURing(); err == nil {
 		s.ring = r
 	} else {
-		s.log.Debug("spool writes without io_uring", "err", err)
+		s.log.Info("spool writes without io_uring (ordinary system calls)", "err", err)
 	}
 	go s.flushLoop()
 	s.kickFlusher() // the checkpoint, the ids fsync
@@ -457,7 +457,7 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 			return 0, nil, err
 		}
 		s.wbuf = appendRecord(s.wbuf[:0], id, m)
-		if _, err := g.f.WriteAt(s.wbuf, g.size); err != nil {
+		if _, err := s.writeAt(g.f, s.wbuf, g.size); err != nil {
 			// Cut off whatever part was written so the next record does not
 			// land behind garbage.
 			if terr := g.f.Truncate(g.size); terr != nil {

@@ -752,8 +752,27 @@ func TestSmallWritesUseIOURing(t *testing.T) {
 	if s.ring == nil {
 		t.Fatal("the spool writes without io_uring")
 	}
-	appendN(t, s, 0, 10)
-	if got := all(t, s); len(got) != 10 {
-		t.Fatalf("%d records read back, want 10", len(got))
+	appendN(t, s, 0, 10) // QoS 0, 1 and 2: written at once and by the commit
+	if n := s.ring.writes.Load(); n < 10 {
+		t.Fatalf("%d writes went through the ring, want at least the 10 records'", n)
+	}
+	// A ring that failed is not used again; the writes go the ordinary
+	// way and nothing is lost.
+	s.ring.mu.Lock()
+	s.ring.broken = true
+	s.ring.mu.Unlock()
+	before := s.ring.writes.Load()
+	appendN(t, s, 10, 10)
+	if n := s.ring.writes.Load(); n != before {
+		t.Fatalf("%d writes through a broken ring", n-before)
+	}
+	got := all(t, s)
+	if len(got) != 20 {
+		t.Fatalf("%d records read back, want 20", len(got))
+	}
+	for _, e := range got {
+		if !equalMsg(e.Message, testMsg(int(e.ID)-1)) {
+			t.Fatalf("record %d differs", e.ID)
+		}
 	}
 }

@@ -5,9 +5,13 @@ package spool
 import (
 	"errors"
 	"os"
+	"sync/atomic"
 )
 
-type uring struct{}
+type uring struct {
+	broken bool
+	writes atomic.Uint64
+}
 
 func newURing() (*uring, error) { return nil, errors.New("io_uring: Linux only") }
 
