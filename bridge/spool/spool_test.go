@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -732,47 +731,6 @@ func TestSeedDoesNotWaitForTheReader(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("an append waited for the read-ahead block held by a reader")
-		}
-	}
-}
-
-// The small writes go through io_uring where the kernel offers it (this
-// machine's does; uring_linux.go): a spool that silently fell back to
-// ordinary writes would wake sysmon at every commit again (issue 16).
-func TestSmallWritesUseIOURing(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("io_uring is Linux's")
-	}
-	if _, err := os.Stat("/proc/sys/kernel/io_uring_disabled"); err == nil {
-		if b, _ := os.ReadFile("/proc/sys/kernel/io_uring_disabled"); strings.TrimSpace(string(b)) == "2" {
-			t.Skip("io_uring disabled by the kernel (kernel.io_uring_disabled=2)")
-		}
-	}
-	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch})
-	if s.ring == nil {
-		t.Fatal("the spool writes without io_uring")
-	}
-	appendN(t, s, 0, 10) // QoS 0, 1 and 2: written at once and by the commit
-	if n := s.ring.writes.Load(); n < 10 {
-		t.Fatalf("%d writes went through the ring, want at least the 10 records'", n)
-	}
-	// A ring that failed is not used again; the writes go the ordinary
-	// way and nothing is lost.
-	s.ring.mu.Lock()
-	s.ring.broken = true
-	s.ring.mu.Unlock()
-	before := s.ring.writes.Load()
-	appendN(t, s, 10, 10)
-	if n := s.ring.writes.Load(); n != before {
-		t.Fatalf("%d writes through a broken ring", n-before)
-	}
-	got := all(t, s)
-	if len(got) != 20 {
-		t.Fatalf("%d records read back, want 20", len(got))
-	}
-	for _, e := range got {
-		if !equalMsg(e.Message, testMsg(int(e.ID)-1)) {
-			t.Fatalf("record %d differs", e.ID)
 		}
 	}
 }

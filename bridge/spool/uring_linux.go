@@ -2,24 +2,30 @@
 
 package spool
 
-// Before merging (session 7 note): a second review of the error paths
-// fixed after the first; docs (docs/bridge.md spool section: io_uring
-// used from kernel 5.12, the Info line when not; after a stop the kernel
-// may hold the spool's files a moment longer, so an unmount right after
-// can find them busy); a fresh bench-ab.
-//
-// EXPERIMENT (branch spool-iouring, not merged): the commit's small writes
-// submitted through io_uring. A raw io_uring_enter never waits for the
-// disk: a buffered write that can complete at once does so during the
-// submission (its completion is then already in the ring), one that would
-// block is handed to the kernel's workers, and its completion is waited
-// for on an eventfd through the Go poller. (Registered for every
-// completion: an ASYNC registration signals only io-wq's, and a write
-// finished through task work never woke the waiter. An inline completion
-// also signals it; the waiter drains it, and with the processor busy no
-// thread sits in the poller to be woken by it.) So neither the
-// ordinary system call that wakes sysmon nor a raw one that could hold
+// The commit's small writes (a window's records, acks.log's ranges) go
+// through io_uring where the kernel offers it (Linux 5.12 on). An ordinary
+// write is a system call the Go runtime hands off: at a sensor fleet's
+// rates that wakes sysmon at every commit, which was most of the spool's
+// wakeups at low rates (issue 16). A raw io_uring_enter is not handed off,
+// and never waits for the disk: a buffered write that can complete at once
+// does so during the submission (its completion is then already in the
+// ring), one that would block is handed to the kernel's workers, and its
+// completion is waited for on an eventfd through the Go poller. So neither
+// the ordinary system call that wakes sysmon nor a raw one that could hold
 // the only processor for a slow SD card's journal.
+//
+// The eventfd is registered for every completion: an ASYNC registration
+// signals only io-wq's, and a write finished through task work never woke
+// the waiter. An inline completion also signals it; the waiter drains it.
+//
+// Without io_uring (older kernel, kernel.io_uring_disabled, a seccomp
+// filter) or once the ring fails, the writes are ordinary; nothing else
+// changes. A write the kernel took is always waited for, whatever happens,
+// so no write is ever in flight from a buffer the caller reuses, and a
+// write reported done has completed in full (a short one is finished).
+// One consequence: the kernel releases a file its workers wrote to a
+// moment after the spool closed it, so an unmount right after Close can
+// find the file system busy.
 
 import (
 	"errors"
@@ -31,24 +37,25 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
-	sysIOUringSetup    = 425
-	sysIOUringEnter    = 426
-	sysIOUringRegister = 427
-
-	opWrite                 = 23     // IORING_OP_WRITE
-	registerEventfd         = 4      // IORING_REGISTER_EVENTFD
-	featSingleMmap          = 1      // IORING_FEAT_SINGLE_MMAP (5.4)
-	featNativeWorkers       = 1 << 9 // IORING_FEAT_NATIVE_WORKERS (5.12)
-	offSQRing               = 0
-	offSQEs                 = 0x10000000
-	uringEntries            = 4
-	efdNonblock, efdCloexec = 0x800, 0x80000
-	sqeSize, cqeSize        = 64, 16
+	opWrite           = 23     // IORING_OP_WRITE
+	registerEventfd   = 4      // IORING_REGISTER_EVENTFD
+	featSingleMmap    = 1      // IORING_FEAT_SINGLE_MMAP (5.4)
+	featNativeWorkers = 1 << 9 // IORING_FEAT_NATIVE_WORKERS (5.12)
+	offSQRing         = 0
+	offSQEs           = 0x10000000
+	uringEntries      = 4
+	sqeSize, cqeSize  = 64, 16
 )
 
+// The kernel's struct io_sqring_offsets, io_cqring_offsets and
+// io_uring_params (include/uapi/linux/io_uring.h): 40, 40 and 120 bytes,
+// the same on 32-bit arm (the uint64s fall on 8-byte offsets anyway);
+// TestURingLayout checks it.
 type sqringOffsets struct {
 	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
 	userAddr                                                        uint64
@@ -84,7 +91,7 @@ type uring struct {
 
 func newURing() (*uring, error) {
 	u := &uring{}
-	fd, _, e := syscall.RawSyscall(sysIOUringSetup, uringEntries, uintptr(unsafe.Pointer(&u.p)), 0)
+	fd, _, e := syscall.RawSyscall(unix.SYS_IO_URING_SETUP, uringEntries, uintptr(unsafe.Pointer(&u.p)), 0)
 	if e != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", e)
 	}
@@ -110,26 +117,30 @@ func newURing() (*uring, error) {
 		return nil, fmt.Errorf("io_uring mmap sqes: %w", err)
 	}
 	u.ring, u.sqes = ring, sqes
-	efd, _, e := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, efdNonblock|efdCloexec, 0)
-	if e != 0 {
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
 		u.close()
-		return nil, fmt.Errorf("eventfd: %w", e)
+		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	if _, _, e := syscall.RawSyscall6(sysIOUringRegister, uintptr(u.fd), registerEventfd, uintptr(unsafe.Pointer(&efd)), 1, 0, 0); e != 0 {
-		syscall.Close(int(efd))
+	// The kernel reads an int (__s32) here: not a uintptr, whose first
+	// four bytes are not the fd on a big-endian 64-bit machine.
+	efd32 := int32(efd)
+	if _, _, e := syscall.RawSyscall6(unix.SYS_IO_URING_REGISTER, uintptr(u.fd), registerEventfd, uintptr(unsafe.Pointer(&efd32)), 1, 0, 0); e != 0 {
+		syscall.Close(efd)
 		u.close()
 		return nil, fmt.Errorf("io_uring register eventfd: %w", e)
 	}
-	u.event = os.NewFile(efd, "io_uring-eventfd")
+	u.event = os.NewFile(uintptr(efd), "io_uring-eventfd")
 	if u.erc, err = u.event.SyscallConn(); err != nil {
 		u.close()
-		return nil, err
+		return nil, fmt.Errorf("io_uring eventfd: %w", err)
 	}
 	return u, nil
 }
 
 func (u *uring) u32(off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&u.ring[off])) }
 
+// close releases the ring. No write is in flight: each is waited for.
 func (u *uring) close() {
 	if u.event != nil {
 		u.event.Close()
@@ -150,7 +161,11 @@ var errRingBroken = errors.New("io_uring unusable")
 // writeAt writes all of b at off of f through the ring; b must be a heap
 // buffer (the kernel writes from it while the goroutine waits). A ring
 // that fails is not used again: its write, and every later one, is
-// ordinary.
+// ordinary. A write the ring completed with an error is done again the
+// ordinary way, and that write's result is returned: whatever the ring's
+// error (EINTR, EAGAIN, ECANCELED when the submitting thread exited, a
+// file system that refuses io_uring's writes), the caller sees what an
+// ordinary write would have given it (ENOSPC on a full disk).
 func (u *uring) writeAt(f *os.File, b []byte, off int64) (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -168,20 +183,14 @@ func (u *uring) writeAt(f *os.File, b []byte, off int64) (int, error) {
 		if err := rc.Control(func(fd uintptr) { res, werr = u.write(fd, b[done:], off+int64(done)) }); err != nil {
 			return done, &os.PathError{Op: "write", Path: f.Name(), Err: err}
 		}
-		switch {
-		case werr != nil: // nothing in flight (write): the rest the ordinary way
+		if werr != nil || res <= 0 {
+			// Not taken (nothing in flight), or completed with an error or
+			// nothing written: the rest the ordinary way.
 			n, err := f.WriteAt(b[done:], off+int64(done))
 			return done + n, err
-		case res == -int32(syscall.EINTR) || res == -int32(syscall.EAGAIN):
-			n, err := f.WriteAt(b[done:], off+int64(done))
-			return done + n, err
-		case res < 0:
-			return done, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.Errno(-res)}
-		case res == 0:
-			return done, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.EIO}
 		}
 		u.writes.Add(1)
-		done += int(res)
+		done += int(res) // a short write: its rest is submitted next
 	}
 	runtime.KeepAlive(b)
 	return done, nil
@@ -194,7 +203,7 @@ func (u *uring) writeAt(f *os.File, b []byte, off int64) (int, error) {
 // caller reuses. Caller holds mu and f's descriptor (Control).
 func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
 	sq := &u.p.sqOff
-	tail := atomic.LoadUint32(u.tail(sq.tail))
+	tail := atomic.LoadUint32(u.u32(sq.tail))
 	mask := *u.u32(sq.ringMask)
 	i := tail & mask
 	sqe := u.sqes[i*sqeSize : (i+1)*sqeSize]
@@ -207,20 +216,26 @@ func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
 	*(*uint32)(unsafe.Pointer(&sqe[24])) = uint32(len(b))
 	*(*uint64)(unsafe.Pointer(&sqe[32])) = u.seq
 	*(*uint32)(unsafe.Pointer(&u.ring[sq.array+i*4])) = i
-	atomic.StoreUint32(u.tail(sq.tail), tail+1)
+	atomic.StoreUint32(u.u32(sq.tail), tail+1)
 	for {
-		n, _, e := syscall.RawSyscall6(sysIOUringEnter, uintptr(u.fd), 1, 0, 0, 0, 0)
+		n, _, e := syscall.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(u.fd), 1, 0, 0, 0, 0)
+		if e == 0 && n == 1 {
+			break
+		}
+		// Whether the kernel took the entry is told by the ring's head,
+		// not by the error: one it took is in flight and must be waited
+		// for, whatever enter returned.
+		if atomic.LoadUint32(u.u32(sq.head)) != tail {
+			break
+		}
 		if e == syscall.EINTR {
 			continue
 		}
-		if e != 0 || n != 1 {
-			// Not taken (EAGAIN, EBUSY: the kernel is short of memory or
-			// of room for completions). The entry stays in the ring, so
-			// the ring is never entered again.
-			u.broken = true
-			return 0, errRingBroken
-		}
-		break
+		// Not taken (EAGAIN, EBUSY: the kernel is short of memory or of
+		// room for completions; a ring gone bad). The entry stays in the
+		// ring, so the ring is never entered again.
+		u.broken = true
+		return 0, errRingBroken
 	}
 	for {
 		if res, ok := u.reap(); ok {
@@ -255,8 +270,6 @@ func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
 		}
 	}
 }
-
-func (u *uring) tail(off uint32) *uint32 { return u.u32(off) }
 
 // drain resets the eventfd an inline completion signalled, so the poller
 // does not find it readable later for nothing.
