@@ -327,6 +327,9 @@ func Open(opts Options) (*Spool, error) {
 		"skipped", s.skipped, "quarantined", s.quarantined)
 	s.wg.Add(1)
 	if r, err := newURing(); err == nil {
+		r.onBreak = func(err error) {
+			s.log.Warn("spool io_uring failed; its writes are ordinary system calls from now on", "err", err)
+		}
 		s.ring = r
 	} else {
 		s.log.Info("spool writes without io_uring (ordinary system calls)", "err", err)

@@ -87,6 +87,20 @@ type uring struct {
 	p      uringParams
 	event  *os.File // eventfd, in the Go poller
 	erc    syscall.RawConn
+
+	onBreak func(error) // told once why the ring was given up (the spool logs it)
+}
+
+// giveUp stops using the ring: from now on every write is ordinary.
+// Caller holds mu.
+func (u *uring) giveUp(why error) {
+	if u.broken {
+		return
+	}
+	u.broken = true
+	if u.onBreak != nil {
+		u.onBreak(why)
+	}
 }
 
 func newURing() (*uring, error) {
@@ -234,7 +248,7 @@ func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
 		// Not taken (EAGAIN, EBUSY: the kernel is short of memory or of
 		// room for completions; a ring gone bad). The entry stays in the
 		// ring, so the ring is never entered again.
-		u.broken = true
+		u.giveUp(fmt.Errorf("io_uring_enter: %w", e))
 		return 0, errRingBroken
 	}
 	for {
@@ -260,7 +274,7 @@ func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
 		if err != nil {
 			// The poller failed us, but the write is the kernel's: poll
 			// the ring until it is done, then use the ring no more.
-			u.broken = true
+			u.giveUp(fmt.Errorf("io_uring eventfd: %w", err))
 			for {
 				if res, ok := u.reap(); ok {
 					return res, nil

@@ -76,7 +76,7 @@ func checkAllFrom(t *testing.T, s *Spool, first ID, n int) {
 func TestRingFailingMidwayFallsBack(t *testing.T) {
 	needURing(t)
 	dir := filepath.Join(mountTmpfs(t, "4m", 0), "spool")
-	s := openT(t, Options{Dir: dir, Sync: SyncBatch})
+	s, lb := openLog(t, Options{Dir: dir, Sync: SyncBatch})
 	if s.ring == nil {
 		t.Fatal("the spool writes without io_uring")
 	}
@@ -105,6 +105,10 @@ func TestRingFailingMidwayFallsBack(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// Said once, at Warn: the writes still work, but not as configured.
+	if n := strings.Count(lb.String(), "io_uring failed"); n != 1 || !strings.Contains(lb.String(), "level=WARN msg=\"spool io_uring failed") {
+		t.Fatalf("%d io_uring failure lines, want one at Warn:\n%s", n, lb.String())
 	}
 	s = openT(t, Options{Dir: dir, Sync: SyncBatch})
 	checkAllFrom(t, s, 6, 15)
