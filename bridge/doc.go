@@ -53,8 +53,8 @@
 //	               through conn.go dial) and serves
 //	uplink.go      serveUplink: window, picker, sender and acker, then
 //	send.go        send: the picker (lanes.go next; spool Head) picks it
-//	               (a picker that caught up waits on spool Changed, closed
-//	               once per group commit: it sends the batch in one go),
+//	               (a picker that caught up waits for spool WakeOnChange,
+//	               sent once per group commit: it sends the batch in one go),
 //	               the window (window.go acquire) takes it, and the
 //	               protocol (uplink311.go or uplink5.go claim, publish;
 //	               session311.go or session5.go) puts it on the wire

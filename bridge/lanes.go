@@ -59,7 +59,7 @@ type picker struct {
 	backlogQuota int                        // how many of them hold a place of the QoS 2 window
 	toResend     [spool.NumLanes][]spool.ID // per lane: records refused for now (again), sorted
 	hold         time.Time                  // nothing is handed out before (the backoff after a refusal)
-	wake         chan struct{}              // a backlog record completed, or one is to be sent again; capacity 1
+	wake         chan struct{}              // a backlog record completed, one is to be sent again, or the spool changed; capacity 1
 }
 
 // inBacklog is what a backlog record in flight holds of the window.
@@ -220,7 +220,9 @@ func (p *picker) next(ctx context.Context) (spool.ID, spool.Message, error) {
 			}
 			continue
 		}
-		changed := p.sp.Changed()
+		// Woken on wake by the spool's next commit, as on a completion
+		// (a channel of Changed's per commit was garbage, issue 16).
+		p.sp.WakeOnChange(p.wake)
 		id, m, ok, retry, err := p.pick()
 		if err != nil {
 			return 0, m, err
@@ -238,7 +240,6 @@ func (p *picker) next(ctx context.Context) (spool.ID, spool.Message, error) {
 			later = t.C
 		}
 		select {
-		case <-changed:
 		case <-p.wake:
 		case <-later:
 		case <-ctx.Done():

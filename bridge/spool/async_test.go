@@ -318,3 +318,84 @@ func TestChangedOncePerCommit(t *testing.T) {
 		}
 	})
 }
+
+// WakeOnChange wakes its channel when Changed's would be closed: not at
+// an append whose commit has not started, at the commit before its done,
+// once per registration (a second registration before the commit adds
+// nothing), and at Close; at once on a closed spool.
+func TestWakeOnChange(t *testing.T) {
+	pending := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	t.Run("batch, window still open", func(t *testing.T) {
+		s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: time.Hour})
+		ch := make(chan struct{}, 1)
+		s.WakeOnChange(ch)
+		for i := range 10 {
+			s.AppendAsync(testMsg(i), func(ID, error) {})
+		}
+		if pending(ch) {
+			t.Fatal("woken by an append before the group commit started")
+		}
+		s.Close()
+		if !pending(ch) {
+			t.Fatal("not woken by Close")
+		}
+		s.WakeOnChange(ch)
+		if !pending(ch) {
+			t.Fatal("not woken at once on a closed spool")
+		}
+	})
+	t.Run("batch, woken by the flush before done", func(t *testing.T) {
+		s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: 5 * time.Millisecond})
+		ch := make(chan struct{}, 1)
+		s.WakeOnChange(ch)
+		s.WakeOnChange(ch) // adds nothing
+		var wg sync.WaitGroup
+		wg.Add(1)
+		var wokenAtDone atomic.Bool
+		s.AppendAsync(testMsg(1), func(_ ID, err error) {
+			wokenAtDone.Store(pending(ch))
+			wg.Done()
+		})
+		waitWG(t, &wg, 10*time.Second)
+		if !wokenAtDone.Load() {
+			t.Fatal("not woken when the group commit reported the record durable")
+		}
+		s.mu.Lock()
+		left := len(s.wakeOnChange)
+		s.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("%d registrations left after the wake-up, want 0", left)
+		}
+		// Forgotten after its send: the next commit wakes only a channel
+		// registered again.
+		wg.Add(1)
+		s.AppendAsync(testMsg(2), func(ID, error) { wg.Done() })
+		waitWG(t, &wg, 10*time.Second)
+		if pending(ch) {
+			t.Fatal("woken again without a new registration")
+		}
+		s.WakeOnChange(ch)
+		wg.Add(1)
+		s.AppendAsync(testMsg(3), func(ID, error) { wg.Done() })
+		waitWG(t, &wg, 10*time.Second)
+		if !pending(ch) {
+			t.Fatal("not woken by the commit of a new record")
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		s := openT(t, Options{Dir: t.TempDir(), Sync: SyncNone, SyncInterval: time.Hour})
+		ch := make(chan struct{}, 1)
+		s.WakeOnChange(ch)
+		s.AppendAsync(testMsg(1), func(ID, error) {})
+		if !pending(ch) {
+			t.Fatal("SyncNone: not woken by the append")
+		}
+	})
+}

@@ -122,7 +122,7 @@
 //
 // Next and Peek see a record as soon as it is appended, before its fsync, so
 // the bridge may already send it upstream while its Append still waits.
-// A reader waiting for new records (Changed, Next) is woken once per group
+// A reader waiting for new records (Changed, WakeOnChange, Next) is woken once per group
 // commit, as the flush starts and before its fsync (with SyncNone: at the
 // append), not once per append.
 // After a power loss such a record may be gone (it was never confirmed to

@@ -117,7 +117,7 @@ func (s *Spool) flush(final bool) {
 		s.notifyLocked()
 	}
 	b := s.batch
-	s.batch = nil
+	s.batch, s.flushing = nil, b
 	failed := s.pend.failed
 	s.pend.failed = nil
 	// A window the upstream acknowledges before the fsync needs none
@@ -153,7 +153,7 @@ func (s *Spool) flush(final bool) {
 	switch {
 	case covered:
 	case s.opts.Sync != SyncNone:
-		toSync, s.unsynced = s.unsynced, nil
+		toSync, s.unsynced, s.unsyncedSpare = s.unsynced, s.unsyncedSpare[:0], nil
 	case final:
 		for _, g := range s.segs {
 			if g.unsynced {
@@ -221,6 +221,10 @@ func (s *Spool) flush(final bool) {
 	}
 	s.mu.Lock()
 	s.acksSpare = acks[:0]
+	if toSync != nil {
+		clear(toSync) // no closed segment pinned
+		s.unsyncedSpare = toSync[:0]
+	}
 	if err != nil {
 		s.failLocked(err)
 	}
@@ -231,18 +235,17 @@ func (s *Spool) flush(final bool) {
 		c.fn(0, c.err) // not stored
 	}
 	if b != nil {
-		close(b.done)
 		for i, c := range b.cbs {
 			c.fn(c.id, err)
 			b.cbs[i] = callback{}
 		}
-		if cap(b.cbs) <= 1<<16 { // reuse the slice, unless a burst made it huge
-			s.mu.Lock()
-			if s.cbsSpare == nil {
-				s.cbsSpare = b.cbs[:0]
-			}
-			s.mu.Unlock()
+		s.mu.Lock()
+		b.cbs = b.cbs[:0]
+		if cap(b.cbs) > 1<<16 { // reuse the slice, unless a burst made it huge
+			b.cbs = nil
 		}
+		s.flushing = nil
+		s.mu.Unlock()
 	}
 }
 
@@ -413,7 +416,7 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ err
 }
 
 // ackPath is acks.log's path.
-func (s *Spool) ackPath() string { return filepath.Join(s.opts.Dir, ackFileName) }
+func (s *Spool) ackPath() string { return s.ackPathName }
 
 // fsync fsyncs f (at path) and tells the test hook (Options.synced).
 func (s *Spool) fsync(path string, f *os.File) error {

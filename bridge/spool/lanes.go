@@ -15,6 +15,7 @@ package spool
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -182,6 +183,37 @@ func (s *Spool) Changed() <-chan struct{} {
 		s.notify = make(chan struct{})
 	}
 	return s.notify
+}
+
+// WakeOnChange is Changed for a waiter with a wake-up channel of its own
+// (the bridge's picker): it arranges one send on ch, without blocking,
+// when Changed's channel would be closed: at the next append's group
+// commit (with SyncNone at the append), or at Close; at once if the spool
+// is closed. Take it before looking with Head, wait on ch if there was
+// nothing, and no append is missed. ch should have a capacity of 1: a
+// send that would block is dropped, a wake-up is pending already. It
+// costs no allocation, where Changed makes a channel per commit waited
+// for (garbage at a sensor fleet's rate, issue 16). ch is forgotten
+// after its send, so call WakeOnChange before each look, like Changed;
+// calling it again before the send adds nothing.
+func (s *Spool) WakeOnChange(ch chan<- struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		wake(ch)
+		return
+	}
+	if !slices.Contains(s.wakeOnChange, ch) {
+		s.wakeOnChange = append(s.wakeOnChange, ch)
+	}
+}
+
+// wake sends on ch unless a wake-up is pending there already.
+func wake(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // WaitAppend waits for the next append, Close or the end of ctx.

@@ -176,6 +176,7 @@ type Spool struct {
 	// Owned by the flusher goroutine (by Open before it starts, by Close
 	// after it stopped).
 	ackFile     *os.File
+	ackPathName string // acks.log's path (made once: the flusher fsyncs it at every commit with acks)
 	ackSize     int64
 	ackUnsynced bool // written without fsync (SyncNone)
 	compactAt   int64
@@ -194,19 +195,26 @@ type Spool struct {
 	syncs   atomic.Uint64
 	written atomic.Uint64 // bytes written to files
 
-	mu        sync.Mutex
-	closed    bool
-	failed    error      // sticky write/fsync failure
-	segs      []*segment // ascending base; the last one is active unless sealed
-	unsynced  []*segment // written since their last fsync, for the flusher
-	nextID    ID
-	live      int64
-	liveBytes int64
-	diskBytes int64
-	pinned    int64         // dead bytes in sealed segments
-	batch     *batch        // waiters for the next flush; nil if none
-	cbsSpare  []callback    // recycled by the flusher for the next batch
-	notify    chan struct{} // closed on append (SyncNone) or by the flush after one; nil if no one waits
+	mu       sync.Mutex
+	closed   bool
+	failed   error      // sticky write/fsync failure
+	segs     []*segment // ascending base; the last one is active unless sealed
+	unsynced []*segment // written since their last fsync, for the flusher
+	// unsyncedSpare is recycled by the flusher (a new slice per commit
+	// was garbage at a sensor's rate, issue 16).
+	unsyncedSpare []*segment
+	nextID        ID
+	live          int64
+	liveBytes     int64
+	diskBytes     int64
+	pinned        int64         // dead bytes in sealed segments
+	batch         *batch        // waiters for the next flush; nil if none
+	batches       [2]batch      // batch is one of them, the flusher's batch (flushing) the other
+	flushing      *batch        // the batch the flusher is completing; nil if none
+	notify        chan struct{} // closed on append (SyncNone) or by the flush after one; nil if no one waits
+	// wakeOnChange are sent to when notify is closed (WakeOnChange),
+	// then forgotten.
+	wakeOnChange []chan<- struct{}
 	// unnotified: records were appended since notify was last closed
 	// (SyncBatch, SyncAlways: the flusher closes it).
 	unnotified bool
@@ -253,9 +261,11 @@ type Spool struct {
 }
 
 // batch is one group commit: the appends waiting for the same flush.
+// The spool has two (Spool.batches), reused: the next commit's appends
+// join one while the flusher completes the other. A batch and its done
+// channel per commit were garbage at a sensor fleet's rate (issue 16).
 type batch struct {
-	done chan struct{} // closed by the flush
-	cbs  []callback    // Append and AppendAsync completions, in ID order
+	cbs []callback // Append and AppendAsync completions, in ID order
 }
 
 // callback is an AppendAsync waiting for a group commit.
@@ -308,14 +318,15 @@ func Open(opts Options) (*Spool, error) {
 		return nil, &OpenError{Dir: opts.Dir, Op: "lock", Path: lockPath, Err: err}
 	}
 	s := &Spool{
-		opts:      opts,
-		log:       log,
-		lock:      lock,
-		pinnedMax: max(opts.MaxBytes/2, 2*opts.SegmentSize),
-		kick:      make(chan struct{}, 1),
-		quit:      make(chan struct{}),
-		dropped:   make(map[DropReason]uint64),
-		cover:     coverWatch{covered: make(chan struct{}, 1)},
+		opts:        opts,
+		log:         log,
+		lock:        lock,
+		ackPathName: filepath.Join(opts.Dir, ackFileName),
+		pinnedMax:   max(opts.MaxBytes/2, 2*opts.SegmentSize),
+		kick:        make(chan struct{}, 1),
+		quit:        make(chan struct{}),
+		dropped:     make(map[DropReason]uint64),
+		cover:       coverWatch{covered: make(chan struct{}, 1)},
 	}
 	if err := s.recover(); err != nil {
 		s.closeFiles()
@@ -494,17 +505,26 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 	// The reader (Changed, Next) learns of the record from the flusher,
 	// once per group commit, not per append: see notifyLocked.
 	s.unnotified = true
-	if s.batch == nil {
-		s.batch = &batch{done: make(chan struct{}), cbs: s.cbsSpare}
-		s.cbsSpare = nil
-	}
-	b := s.batch
+	b := s.joinBatchLocked()
 	if done != nil {
 		b.cbs = append(b.cbs, callback{id, done})
 	}
 	s.kickFlusher()
 	s.mu.Unlock()
 	return id, b, nil
+}
+
+// joinBatchLocked returns the batch of the next flush, starting it if
+// there is none: the one of the spool's two batches the flusher is not
+// completing. Caller holds s.mu.
+func (s *Spool) joinBatchLocked() *batch {
+	if s.batch == nil {
+		s.batch = &s.batches[0]
+		if s.flushing == s.batch {
+			s.batch = &s.batches[1]
+		}
+	}
+	return s.batch
 }
 
 // writeErrLocked wraps an error of the append path; a full disk becomes
@@ -787,7 +807,8 @@ func (s *Spool) scanLocked(after ID, limit int, out []recLoc) []recLoc {
 // bridge's sender reads records in order, a batch per group commit or a
 // whole backlog, and a pread per record was the costliest part of its
 // pick (4 % of edgegw's CPU in a 20,000-message drain). The block is
-// reused: the payload is copied out of it.
+// reused: the record is copied out of it, and the message returned is
+// made of the copy (decodeRecord), one allocation.
 func (s *Spool) read(l recLoc) (Message, error) {
 	if l.n > readAhead || l.end < l.off+l.n {
 		buf := make([]byte, l.n)
@@ -811,11 +832,7 @@ func (s *Spool) read(l recLoc) (Message, error) {
 		c.f, c.off, c.buf = l.f, l.off, c.buf[:n]
 	}
 	at := l.off - c.off
-	m, err := decodeRecord(c.buf[at:at+l.n], l.id)
-	if err == nil {
-		m.Payload = append(make([]byte, 0, len(m.Payload)), m.Payload...)
-	}
-	return m, err
+	return decodeRecord(append(make([]byte, 0, l.n), c.buf[at:at+l.n]...), l.id)
 }
 
 // readAhead is the most one read of a segment fetches (read).
@@ -1024,10 +1041,7 @@ func (s *Spool) Close() error {
 		return nil
 	}
 	s.closed = true
-	if s.notify != nil {
-		close(s.notify)
-		s.notify = nil
-	}
+	s.notifyLocked()
 	s.mu.Unlock()
 
 	close(s.quit)
@@ -1103,6 +1117,11 @@ func (s *Spool) notifyLocked() {
 		close(s.notify)
 		s.notify = nil
 	}
+	for _, ch := range s.wakeOnChange {
+		wake(ch)
+	}
+	clear(s.wakeOnChange)
+	s.wakeOnChange = s.wakeOnChange[:0]
 }
 
 // kickFlusher wakes the flusher without blocking.

@@ -432,17 +432,17 @@ func TestAckLogCompaction(t *testing.T) {
 	}
 }
 
-// flushNow lets the flusher run a round, as the SyncInterval would.
+// flushNow lets the flusher run a round, as the SyncInterval would: it
+// waits in the next batch, behind the last record appended (if that
+// record's write fails, its callback is called with the failed ones).
 func flushNow(s *Spool) {
+	done := make(chan struct{})
 	s.mu.Lock()
-	b := s.batch
-	if b == nil {
-		b = &batch{done: make(chan struct{})}
-		s.batch = b
-	}
+	b := s.joinBatchLocked()
+	b.cbs = append(b.cbs, callback{s.nextID - 1, func(ID, error) { close(done) }})
 	s.kickFlusher()
 	s.mu.Unlock()
-	<-b.done
+	<-done
 }
 
 func TestSecondOpenFails(t *testing.T) {

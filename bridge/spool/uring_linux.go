@@ -87,6 +87,13 @@ type uring struct {
 	p      uringParams
 	event  *os.File // eventfd, in the Go poller
 	erc    syscall.RawConn
+	// The wait for a completion on the eventfd (write): the poller's
+	// callback and what it found, kept here so that a wait allocates
+	// nothing (a closure and its captured results were garbage per
+	// write, issue 16). Guarded by mu.
+	onEvent func(efd uintptr) bool
+	res     int32
+	got     bool
 
 	onBreak func(error) // told once why the ring was given up (the spool logs it)
 }
@@ -105,6 +112,7 @@ func (u *uring) giveUp(why error) {
 
 func newURing() (*uring, error) {
 	u := &uring{}
+	u.onEvent = u.reapOrDrain
 	fd, _, e := syscall.RawSyscall(unix.SYS_IO_URING_SETUP, uringEntries, uintptr(unsafe.Pointer(&u.p)), 0)
 	if e != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", e)
@@ -257,19 +265,10 @@ func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
 			return res, nil
 		}
 		// Not completed inline: wait for the eventfd in the poller.
-		var got bool
-		var res int32
-		err := u.erc.Read(func(efd uintptr) bool {
-			if res, got = u.reap(); got {
-				return true
-			}
-			var buf [8]byte
-			syscall.RawSyscall(syscall.SYS_READ, efd, uintptr(unsafe.Pointer(&buf[0])), 8)
-			res, got = u.reap()
-			return got
-		})
-		if got {
-			return res, nil
+		u.got = false
+		err := u.erc.Read(u.onEvent)
+		if u.got {
+			return u.res, nil
 		}
 		if err != nil {
 			// The poller failed us, but the write is the kernel's: poll
@@ -283,6 +282,19 @@ func (u *uring) write(fd uintptr, b []byte, off int64) (int32, error) {
 			}
 		}
 	}
+}
+
+// reapOrDrain is the eventfd's wait (write's, through the poller): true
+// once the write's completion is reaped (in u.res, u.got), else the
+// eventfd is reset and the poller waits for it again. Caller holds mu.
+func (u *uring) reapOrDrain(efd uintptr) bool {
+	if u.res, u.got = u.reap(); u.got {
+		return true
+	}
+	var buf [8]byte
+	syscall.RawSyscall(syscall.SYS_READ, efd, uintptr(unsafe.Pointer(&buf[0])), 8)
+	u.res, u.got = u.reap()
+	return u.got
 }
 
 // drain resets the eventfd an inline completion signalled, so the poller
