@@ -91,3 +91,35 @@ func TestWakeOnChangeAllocatesNothing(t *testing.T) {
 		t.Errorf("%.1f allocations per record appended, waited for, committed and acked, want 0", n)
 	}
 }
+
+// A message read is its own: writing into its payload changes neither its
+// topic nor the spool's copy, and later reads (which reuse the read-ahead
+// block) do not change it.
+func TestReadMessageOwnsItsBytes(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncNone})
+	for i := range 3 {
+		s.AppendAsync(testMsg(i), func(_ ID, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	id, m, ok, err := s.Head(LaneNormal, 0)
+	if !ok || err != nil {
+		t.Fatalf("Head: ok %v err %v", ok, err)
+	}
+	for i := range m.Payload {
+		m.Payload[i] = 0xff
+	}
+	m.Payload = append(m.Payload, 0xff) // beyond its capacity: a new array
+	if _, _, ok, err := s.Head(LaneNormal, id); !ok || err != nil {
+		t.Fatalf("Head after %d: ok %v err %v", id, ok, err)
+	}
+	if want := testMsg(0).Topic; m.Topic != want {
+		t.Fatalf("topic %q after writing into the payload, want %q", m.Topic, want)
+	}
+	_, again, _, _ := s.Head(LaneNormal, 0)
+	if string(again.Payload) != string(testMsg(0).Payload) {
+		t.Fatalf("the spool's record changed with a message read from it: %x", again.Payload)
+	}
+}

@@ -113,8 +113,8 @@ func checkRecord(rec []byte) (id ID, topicLen int, flags byte, err error) {
 
 // decodeRecord checks rec and returns its message, which is made of rec:
 // its topic and payload are views of rec's bytes, so rec must be the
-// message's own (never written again, nor reused). One allocation per
-// record read (read), not two.
+// message's own (never written again, nor reused), or the message is
+// given bytes of its own (ownBytes) before rec changes.
 func decodeRecord(rec []byte, want ID) (Message, error) {
 	id, tl, flags, err := checkRecord(rec)
 	if err != nil {
@@ -137,6 +137,19 @@ func decodeRecord(rec []byte, want ID) (Message, error) {
 		Expiry:  expiry,
 		Lane:    laneOfFlags(flags),
 	}, nil
+}
+
+// ownBytes gives m's topic and payload one allocation of their own, one
+// read of a record (read), not two (a topic string and a payload copy).
+// The topic is a view of its first bytes, which nothing writes again:
+// the payload is a view of the rest, capped at its end.
+func (m *Message) ownBytes() {
+	tl := len(m.Topic)
+	b := make([]byte, tl+len(m.Payload))
+	copy(b, m.Topic)
+	copy(b[tl:], m.Payload)
+	m.Topic = unsafe.String(unsafe.SliceData(b), tl)
+	m.Payload = b[tl:len(b):len(b)]
 }
 
 // validFlags reports whether a record's flags byte can be ours.
