@@ -14,10 +14,11 @@ package bridge
 // fewer bytes than counted (it cannot: a PUBACK/PUBREC is never shorter
 // than 4 bytes, in 3.1.1 and 5). So the mark is bounded in time: a timer
 // lowers it back to 1 when the acks are not all there within the bound,
-// twice the time the last complete set took (2 ms to 250 ms: a fast link
-// waits microseconds, a 50 ms one 100 ms). A set that times out doubles
-// the bound and turns coalescing off for the next 64 batches, so a broker
-// that keeps acks back costs a little latency once, not on every window.
+// twice the time the last set took to wake the reader (2 ms to 250 ms:
+// a fast link waits microseconds, a 50 ms one 100 ms). A set that times
+// out doubles the bound and turns coalescing off for the next 64
+// batches, so a broker that keeps acks back costs a little latency once,
+// not on every window.
 // Only plain TCP sockets (sockio) take part: a TLS record is not an ack.
 
 import (
@@ -25,6 +26,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -73,8 +76,9 @@ func expectAcks(p []byte) int {
 	return 0
 }
 
-// arm raises the mark after a batch that expects ackBytes of answers.
-// Called by the batch writer, after the batch was written.
+// arm raises the mark for a batch that expects ackBytes of answers.
+// Called by the batch writer just before it writes the batch, so that no
+// ack of it can come before the mark.
 func (a *ackCoalescer) arm(ackBytes int) {
 	if ackBytes < 2*ackBytesMin {
 		return // one ack: nothing to coalesce
@@ -84,11 +88,31 @@ func (a *ackCoalescer) arm(ackBytes int) {
 	if a.closed {
 		return
 	}
+	if a.armed {
+		// The set before is not read yet: its mark and its timer stand.
+		// The kernel signals readiness once, when the bytes reach the
+		// mark, and checks it against the mark again when the poller
+		// collects it (tcp_poll): a mark raised in between would drop
+		// it, and that set's acks, all there, would wait for this
+		// batch's or the timer (TestAckMarkNotRaisedOverAnUnreadSet).
+		// Resetting the timer would also stretch that set's bound.
+		return
+	}
 	if a.pause > 0 {
 		a.pause--
 		return
 	}
 	if !a.setLocked(min(ackBytes, lowatMax)) {
+		return
+	}
+	if a.unreadLocked() {
+		// Bytes came before the mark was raised (a PINGRESP, an inbound
+		// PUBLISH, the ack of a batch of one): their wakeup may not be
+		// collected yet, and the raised mark would drop it (see above).
+		// Lowering it again signals them anew (tcp_set_rcvlowat); the
+		// reader reads them at once anyway, and would lower the mark
+		// (TestAckMarkNotRaisedOverUnreadBytes).
+		a.setLocked(1)
 		return
 	}
 	a.armed, a.since = true, time.Now()
@@ -115,8 +139,12 @@ func (a *ackCoalescer) woke() {
 func (a *ackCoalescer) expire() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.armed {
-		return // the reader woke first
+	if !a.armed || time.Since(a.since) < a.bound {
+		// The reader woke first; or this is the timer of a set that
+		// ended, started as woke stopped it, and a later set is armed
+		// now with a timer of its own
+		// (TestAckMarkStaleTimerLeavesTheNextSet).
+		return
 	}
 	a.armed = false
 	a.setLocked(1) // the ones that are there wake the reader now
@@ -139,6 +167,17 @@ func (a *ackCoalescer) close() {
 	a.closed = true
 	a.armed = false
 	a.timer.Stop()
+}
+
+// unreadLocked says whether the socket holds bytes not read yet (or
+// cannot tell). Caller holds mu.
+func (a *ackCoalescer) unreadLocked() bool {
+	var n int32
+	var errno syscall.Errno
+	err := a.raw.Control(func(fd uintptr) {
+		_, _, errno = syscall.RawSyscall(syscall.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&n)))
+	})
+	return err != nil || errno != 0 || n != 0
 }
 
 // setLocked sets the socket's SO_RCVLOWAT; false if it could not be set

@@ -3,6 +3,8 @@ package bridge
 import (
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegw/edgegw/bridge/spool"
+	"github.com/edgegw/edgegw/internal/sockio"
 )
 
 // lowatPair is a real 127.0.0.1 connection: the uplink's end with its
@@ -119,12 +122,18 @@ func TestAckMarkExpires(t *testing.T) {
 	if queued(t, fd, 8) {
 		t.Fatal("two of three PUBACKs woke the reader")
 	}
+	a.mu.Lock()
+	a.since = time.Now().Add(-a.bound) // the bound has passed
+	a.mu.Unlock()
 	a.expire()
 	if !queued(t, fd, 8) {
 		t.Fatal("the expired mark still holds the two PUBACKs back")
 	}
 	if a.expiry != 1 || a.bound != lowatBoundMax || a.pause != lowatPause {
 		t.Fatalf("after the timeout: expiry %d, bound %v, pause %d", a.expiry, a.bound, a.pause)
+	}
+	if n, err := syscall.Read(fd, make([]byte, 64)); n != 8 || err != nil {
+		t.Fatalf("read %d, %v", n, err)
 	}
 	sets := a.sets
 	for range lowatPause {
@@ -209,5 +218,166 @@ func TestUplinkConnRaisesAndLowersTheMark(t *testing.T) {
 	}
 	if m := mark(); m != 1 {
 		t.Fatalf("after the reader read the PUBACKs the mark is %d, want 1", m)
+	}
+}
+
+// A batch written while the set before it is not read yet leaves that
+// set's mark and timer as they are: the set's acks wake the reader when
+// they are all there, not when the next batch's are, and the set waits no
+// longer than its own bound. (A higher mark would also drop a wakeup
+// the poller had not collected yet: TestAckMarkNotRaisedOverUnreadBytes.)
+func TestAckMarkOfAnUnreadSetStands(t *testing.T) {
+	a, fd, broker := lowatPair(t)
+	a.bound = time.Hour
+	a.arm(2 * ackBytesMin)
+	since := a.since
+	a.arm(10 * ackBytesMin) // the next batch, before the first one's acks came
+	if a.since != since || a.sets != 1 {
+		t.Fatal("a batch armed over an unread set restarted its bound")
+	}
+	if _, err := broker.Write([]byte{0x40, 0x02, 0x00, 0x01, 0x40, 0x02, 0x00, 0x02}); err != nil {
+		t.Fatal(err)
+	}
+	if !queued(t, fd, 8) {
+		t.Fatal("the first set's two PUBACKs wait for the next batch's")
+	}
+}
+
+// Bytes that came before the mark was raised (a PINGRESP, an inbound
+// PUBLISH, the ack of a batch of one) whose wakeup the poller has not
+// collected yet are not hidden by it either: the batch is not coalesced.
+func TestAckMarkNotRaisedOverUnreadBytes(t *testing.T) {
+	a, fd, broker := lowatPair(t)
+	a.bound = time.Hour
+	ep := epollET(t, fd)
+	if _, err := broker.Write([]byte{0xd0, 0x00}); err != nil { // PINGRESP
+		t.Fatal(err)
+	}
+	if !queued(t, fd, 2) {
+		t.Fatal("a PINGRESP does not wake an idle reader")
+	}
+	a.arm(10 * ackBytesMin)
+	if !epollIn(t, ep) {
+		t.Fatal("a batch's mark hid the wakeup of a PINGRESP that came before it")
+	}
+	if a.armed || a.sets != 0 {
+		t.Fatal("a batch armed over unread bytes")
+	}
+}
+
+// epollET is an edge-triggered epoll of fd's input, as the Go runtime's
+// poller has, of the test's own: what it collects, and when, is the
+// test's.
+func epollET(t *testing.T, fd int) (ep int) {
+	t.Helper()
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(ep) })
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		t.Fatal(err)
+	}
+	return ep
+}
+
+// epollIn collects ep's events without waiting: whether input is signalled.
+func epollIn(t *testing.T, ep int) bool {
+	t.Helper()
+	evs := make([]unix.EpollEvent, 1)
+	n, err := unix.EpollWait(ep, evs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1 && evs[0].Events&unix.EPOLLIN != 0
+}
+
+// The timer's function of a set that ended may run after the next set was
+// armed (it was started before woke stopped the timer): it does not
+// expire the new set, which has a timer of its own.
+func TestAckMarkStaleTimerLeavesTheNextSet(t *testing.T) {
+	a, fd, broker := lowatPair(t)
+	a.bound = time.Hour
+	a.arm(3 * ackBytesMin)
+	a.expire() // the earlier set's timer, late
+	if a.expiry != 0 || a.pause != 0 || !a.armed {
+		t.Fatalf("a late timer expired the set armed after it: expiry %d, pause %d", a.expiry, a.pause)
+	}
+	broker.Write([]byte{0x40, 0x02, 0x00, 0x01})
+	if queued(t, fd, 4) {
+		t.Fatal("a late timer lowered the mark of the set armed after it")
+	}
+}
+
+// Anything that arrives counts towards the mark: an inbound PUBLISH as
+// long as the batch's acks wakes the reader before they came.
+func TestAckMarkCountsOtherBytes(t *testing.T) {
+	a, fd, broker := lowatPair(t)
+	a.bound = time.Hour
+	a.arm(10 * ackBytesMin)
+	publish := appendPublish311(nil, spool.Message{Topic: "cloud/cmd", Payload: make([]byte, 27), QoS: 0}, 0)
+	if len(publish) != 10*ackBytesMin {
+		t.Fatalf("wrong test: the PUBLISH is %d bytes, not the mark's %d", len(publish), 10*ackBytesMin)
+	}
+	broker.Write(publish[:len(publish)-1])
+	if queued(t, fd, len(publish)-1) {
+		t.Fatal("a PUBLISH a byte short of the mark woke the reader")
+	}
+	broker.Write(publish[len(publish)-1:])
+	if !queued(t, fd, len(publish)) {
+		t.Fatal("an inbound PUBLISH as long as the batch's acks does not wake the reader")
+	}
+}
+
+// When the bound passes, a reader parked in the Go runtime's poller (edge
+// triggered) is woken for the acks that are there: lowering the mark
+// signals readiness again for bytes already queued (Linux
+// tcp_set_rcvlowat -> tcp_data_ready). poll(2), which the other tests
+// use, would not see a kernel that did not.
+func TestAckMarkExpiryWakesAParkedReader(t *testing.T) {
+	a, fd, broker := lowatPair(t)
+	a.bound = time.Hour
+	a.arm(3 * ackBytesMin)
+	got := make(chan int, 1)
+	go func() {
+		n, _ := sockio.Read(a.raw, make([]byte, 64), true)
+		got <- n
+	}()
+	waitParked(t, "TestAckMarkExpiryWakesAParkedReader")
+	broker.Write([]byte{0x40, 0x02, 0x00, 0x01, 0x40, 0x02, 0x00, 0x02})
+	if queued(t, fd, 8) {
+		t.Fatal("two of three PUBACKs woke the reader")
+	}
+	a.mu.Lock()
+	a.since = time.Now().Add(-a.bound) // the bound has passed
+	a.mu.Unlock()
+	a.expire()
+	select {
+	case n := <-got:
+		if n != 8 {
+			t.Fatalf("the woken reader read %d bytes, want 8", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mark was lowered and the parked reader was not woken for the 8 bytes there")
+	}
+}
+
+// waitParked waits until a goroutine of the test named test is parked in
+// the runtime's network poller ("IO wait").
+func waitParked(t *testing.T, test string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, test) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader did not park in the poller")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
