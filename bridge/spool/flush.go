@@ -296,7 +296,7 @@ func (s *Spool) appendAcks(acks []ackRange, doSync bool) error {
 		buf = appendAckRecord(buf, r)
 	}
 	s.ackBuf = buf
-	if _, err := s.writeAt(s.ackFile, buf, s.ackSize); err != nil {
+	if _, err := s.ackFile.WriteAt(buf, s.ackSize); err != nil {
 		// Keep the file a sequence of whole records.
 		return errors.Join(err, s.ackFile.Truncate(s.ackSize))
 	}

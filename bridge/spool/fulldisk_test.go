@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes on a new directory and unmounts
@@ -24,16 +23,7 @@ func mountTmpfs(t *testing.T, size string, flags uintptr) string {
 		t.Fatalf("mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() {
-		// A file a write through io_uring used is released by the kernel
-		// after the spool closed it (its last reference is dropped on a
-		// workqueue when an io_uring worker held it): the mount stays busy
-		// for a moment.
-		err := syscall.Unmount(dir, 0)
-		for deadline := time.Now().Add(5 * time.Second); errors.Is(err, syscall.EBUSY) && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-			err = syscall.Unmount(dir, 0)
-		}
-		if err != nil {
+		if err := syscall.Unmount(dir, 0); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})

@@ -111,7 +111,7 @@ func (s *Spool) writePendingLocked() error {
 		return nil
 	}
 	g := p.seg
-	if _, err := s.writeAt(g.f, p.buf, p.off); err != nil {
+	if _, err := g.f.WriteAt(p.buf, p.off); err != nil {
 		// Cut off whatever part was written so the next record does not
 		// land behind garbage.
 		if terr := g.f.Truncate(p.off); terr != nil {

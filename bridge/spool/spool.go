@@ -222,7 +222,6 @@ type Spool struct {
 	acksSpare  []ackRange // recycled by the flusher
 	wbuf       []byte     // record encoding scratch
 	pend       pending    // records not yet written (pending.go)
-	ring       *uring     // the small writes' io_uring (uring_linux.go); nil: ordinary writes
 	ahead      readBlock  // read's block; its own lock, a leaf: read takes it without mu, seed under mu without waiting
 	cover      coverWatch // the last window, watched for the upstream's acks (covered.go)
 
@@ -337,14 +336,6 @@ func Open(opts Options) (*Spool, error) {
 		"segments", len(s.segs), "next_id", uint64(s.nextID), "corrupt_tails", s.corrupt,
 		"skipped", s.skipped, "quarantined", s.quarantined)
 	s.wg.Add(1)
-	if r, err := newURing(); err == nil {
-		r.onBreak = func(err error) {
-			s.log.Warn("spool io_uring failed; its writes are ordinary system calls from now on", "err", err)
-		}
-		s.ring = r
-	} else {
-		s.log.Info("spool writes without io_uring (ordinary system calls)", "err", err)
-	}
 	go s.flushLoop()
 	s.kickFlusher() // the checkpoint, the ids fsync
 	return s, nil
@@ -471,7 +462,7 @@ func (s *Spool) write(m *Message, done func(ID, error)) (ID, *batch, error) {
 			return 0, nil, err
 		}
 		s.wbuf = appendRecord(s.wbuf[:0], id, m)
-		if _, err := s.writeAt(g.f, s.wbuf, g.size); err != nil {
+		if _, err := g.f.WriteAt(s.wbuf, g.size); err != nil {
 			// Cut off whatever part was written so the next record does not
 			// land behind garbage.
 			if terr := g.f.Truncate(g.size); terr != nil {
@@ -1067,20 +1058,7 @@ func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log.Info("spool closed", "messages", s.live, "bytes", s.liveBytes, "err", err)
-	if s.ring != nil {
-		s.ring.close()
-		s.ring = nil
-	}
 	return errors.Join(err, s.closeFiles())
-}
-
-// writeAt writes b at off of f: a small write through the io_uring when
-// there is one (uring_linux.go), else an ordinary one.
-func (s *Spool) writeAt(f *os.File, b []byte, off int64) (int, error) {
-	if s.ring != nil && len(b) > 0 && len(b) <= 64<<10 {
-		return s.ring.writeAt(f, b, off)
-	}
-	return f.WriteAt(b, off)
 }
 
 // closeFiles closes every file. Caller holds s.mu or is Open.
