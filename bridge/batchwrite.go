@@ -59,9 +59,6 @@ type batchWriter struct {
 	broken  error         // the write error or abort that closed the connection (not a Close)
 	kick    chan struct{} // capacity 1: there is something to write, or closing
 	done    chan struct{} // closed when the flusher has ended
-
-	acks   *ackCoalescer // the socket's ack coalescing (acklowat.go); nil without raw
-	expect int           // ack bytes the pending packets will bring at least
 }
 
 // newBatchWriter starts the flusher of conn; it ends at Close, abort or
@@ -70,9 +67,6 @@ func newBatchWriter(conn net.Conn, raw syscall.RawConn, timeout time.Duration, o
 	w := &batchWriter{
 		conn: conn, raw: raw, timeout: timeout, onTimeout: onTimeout,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-	}
-	if raw != nil {
-		w.acks = newAckCoalescer(raw)
 	}
 	go w.flushLoop()
 	return w
@@ -101,7 +95,6 @@ func (w *batchWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	w.pending = append(w.pending, p...)
-	w.expect += expectAcks(p)
 	w.mu.Unlock()
 	w.wake()
 	return len(p), nil
@@ -147,15 +140,12 @@ func (w *batchWriter) abort() {
 // flushLoop is the flusher: it writes what Write buffered, in order.
 func (w *batchWriter) flushLoop() {
 	defer close(w.done)
-	if w.acks != nil {
-		defer w.acks.close()
-	}
 	for {
 		<-w.kick
 		for {
 			w.mu.Lock()
-			buf, closing, expect := w.pending, w.closing, w.expect
-			w.pending, w.expect = w.spare[:0], 0
+			buf, closing := w.pending, w.closing
+			w.pending = w.spare[:0]
 			w.freeRoomLocked()
 			w.mu.Unlock()
 			if len(buf) == 0 {
@@ -165,11 +155,6 @@ func (w *batchWriter) flushLoop() {
 					return
 				}
 				break
-			}
-			if w.acks != nil {
-				// Before the write: an ack that came before the mark was
-				// raised would wake the reader, and the rest be waited for.
-				w.acks.arm(expect)
 			}
 			if err := w.write(buf); err != nil {
 				w.fail(err)

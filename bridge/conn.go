@@ -89,7 +89,6 @@ func (c *deadlineConn) Read(p []byte) (int, error) {
 		var err error
 		if c.raw != nil {
 			n, err = sockio.Read(c.raw, c.rbuf[:readBlock], true)
-			c.w.acks.woke() // the mark back to 1 (acklowat.go)
 		} else {
 			n, err = c.Conn.Read(c.rbuf[:readBlock])
 		}
