@@ -201,6 +201,9 @@ func (p *picker) backlogRoom(quota bool) bool {
 	return n == 0 || (n < count && (bytes == 0 || p.backlogBytes < bytes) && (!quota || p.backlogQuota < qos2))
 }
 
+// stop takes the picker off the spool's wake-up list (its sender ended).
+func (p *picker) stop() { p.sp.ForgetWake(p.wake) }
+
 // next returns the next record to send, waiting until there is one or
 // ctx ends.
 func (p *picker) next(ctx context.Context) (spool.ID, spool.Message, error) {

@@ -110,7 +110,10 @@ type uplinkStore struct {
 	complete func(rec spool.ID) // called by Del, outside mu, when a flow completed
 	// directEnded (capacity 1) wakes the acker when a direct publish
 	// ended (completeDirect): it then looks at its flow's ended. One for
-	// every publish, in place of a channel each.
+	// every publish, in place of a channel each. It relies on one acker
+	// at a time (serveUplink waits for a connection's sender and acker
+	// before the next connection starts): two would take each other's
+	// wake-ups.
 	directEnded chan struct{}
 	resumed     atomic.Uint64 // outbound entries handed to paho's resume (All)
 

@@ -149,7 +149,12 @@ func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
-	go func() { defer wg.Done(); defer close(senderDone); s.send(sctx, win, pending, u.proto) }()
+	go func() {
+		defer wg.Done()
+		defer close(senderDone)
+		defer s.pick.stop() // off the spool's wake-up list: the next connection has its own picker
+		s.send(sctx, win, pending, u.proto)
+	}()
 	go func() { defer wg.Done(); s.ack(sctx, win, pending, u.proto) }()
 
 	var why error

@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -323,6 +324,40 @@ func TestChangedOncePerCommit(t *testing.T) {
 // an append whose commit has not started, at the commit before its done,
 // once per registration (a second registration before the commit adds
 // nothing), and at Close; at once on a closed spool.
+// A waiter that stopped (ForgetWake) is neither woken nor kept: the
+// list does not grow with reconnects on an idle spool.
+func TestForgetWake(t *testing.T) {
+	s := openT(t, Options{Dir: t.TempDir(), Sync: SyncBatch, SyncInterval: time.Millisecond})
+	gone, kept := make(chan struct{}, 1), make(chan struct{}, 1)
+	for range 100 { // a sender per reconnect, each forgotten as it ends
+		ch := make(chan struct{}, 1)
+		s.WakeOnChange(ch)
+		s.ForgetWake(ch)
+	}
+	s.WakeOnChange(gone)
+	s.WakeOnChange(kept)
+	s.ForgetWake(gone)
+	s.mu.Lock()
+	n := len(s.wakeOnChange)
+	s.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d waiters registered, want 1 (the one not forgotten)", n)
+	}
+	if _, err := s.Append(context.Background(), testMsg(1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gone:
+		t.Fatal("a forgotten waiter was woken")
+	default:
+	}
+	select {
+	case <-kept:
+	default:
+		t.Fatal("the waiter left was not woken by the commit")
+	}
+}
+
 func TestWakeOnChange(t *testing.T) {
 	pending := func(ch chan struct{}) bool {
 		select {

@@ -208,6 +208,18 @@ func (s *Spool) WakeOnChange(ch chan<- struct{}) {
 	}
 }
 
+// ForgetWake takes ch off the list WakeOnChange put it on, for a waiter
+// that stops waiting (the bridge's sender when its connection ends):
+// otherwise it stays there until the next commit, and an idle spool
+// behind a flapping uplink would gather one per reconnect.
+func (s *Spool) ForgetWake(ch chan<- struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.wakeOnChange, ch); i >= 0 {
+		s.wakeOnChange = slices.Delete(s.wakeOnChange, i, i+1)
+	}
+}
+
 // wake sends on ch unless a wake-up is pending there already.
 func wake(ch chan<- struct{}) {
 	select {
