@@ -20,16 +20,14 @@ import (
 // the oldest one is older than ack_timeout with nothing read from
 // upstream since it was sent. Its timer runs only while a publish is in
 // flight (idle costs nothing).
-func (s *uplink) ack(ctx context.Context, win *sendWindow, pending <-chan inflight, p protocol) {
+func (s *uplink) ack(ctx context.Context, win *sendWindow, pending *flowQueue, p protocol) {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		var f inflight
-		select {
-		case f = <-pending:
-		case <-ctx.Done():
+		f, ok := pending.pop(ctx)
+		if !ok {
 			return
 		}
 		timer.Reset(time.Until(f.st.sent.Add(b.cfg.AckTimeout)))

@@ -16,6 +16,7 @@
 //	uplink.go      one upstream connection, either protocol: serveUplink
 //	send.go        the sender, either protocol
 //	ack.go         the acker and ack watchdog, either protocol; completed
+//	flowqueue.go   the flows from the sender to the acker, in send order
 //	window.go      the send window (max_inflight auto)
 //	budget.go      the byte budget and rate limit
 //	conn.go        the transport: dial, deadlines (a plain TCP socket reads

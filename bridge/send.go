@@ -74,7 +74,7 @@ var (
 // max_inflight_qos2 too, over MQTT 5 a QoS 1/2 one for the broker's
 // receive quota. The flows the client re-sent on connect come first: they
 // hold room and are not sent again.
-func (s *uplink) send(ctx context.Context, win *sendWindow, pending chan<- inflight, p protocol) {
+func (s *uplink) send(ctx context.Context, win *sendWindow, pending *flowQueue, p protocol) {
 	b := s.b
 	now := time.Now()
 	for _, f := range p.resumed() {
@@ -86,7 +86,7 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending chan<- infli
 		s.pick.resume(f.id, f.st)
 		b.inflight.Add(1)
 		b.sent.Add(1)
-		pending <- f
+		pending.push(f)
 	}
 	// f is passed by pointer through the protocol interface, so it lives
 	// on the heap: one for the sender, not one per message.
@@ -128,6 +128,6 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending chan<- infli
 			s.pick.done(id)
 			continue
 		}
-		pending <- f
+		pending.push(f)
 	}
 }

@@ -145,7 +145,7 @@ func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 	b.win.Store(win)
 	s.pick = newPicker(b.spool.Load(), b.cfg.Drain, b.cfg.BacklogShare, win, u.quotaQoS) // lanes.go
 	s.pick.budget = b.budget
-	pending := make(chan inflight, maxCount) // never blocks: the window's count bounds it
+	pending := newFlowQueue() // never blocks: the window's count bounds it (flowqueue.go)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	senderDone := make(chan struct{})
