@@ -10,7 +10,9 @@ import (
 // at the window's maximum at every dial (8,192 flows of ~140 B with an
 // automatic window: 1.1 MB allocated, and scanned by every GC cycle) for
 // the few dozen a sensor fleet keeps in flight. The window bounds it as
-// it bounded the channel.
+// it bounded the channel (resumed flows may go past the window's caps:
+// push never waits, as the channel's send could). One consumer, the
+// connection's acker: a second would take its wake-ups.
 type flowQueue struct {
 	mu      sync.Mutex
 	buf     []inflight // a ring: n flows from head

@@ -320,10 +320,6 @@ func TestChangedOncePerCommit(t *testing.T) {
 	})
 }
 
-// WakeOnChange wakes its channel when Changed's would be closed: not at
-// an append whose commit has not started, at the commit before its done,
-// once per registration (a second registration before the commit adds
-// nothing), and at Close; at once on a closed spool.
 // A waiter that stopped (ForgetWake) is neither woken nor kept: the
 // list does not grow with reconnects on an idle spool.
 func TestForgetWake(t *testing.T) {
@@ -358,6 +354,10 @@ func TestForgetWake(t *testing.T) {
 	}
 }
 
+// WakeOnChange wakes its channel when Changed's would be closed: not at
+// an append whose commit has not started, at the commit before its done,
+// once per registration (a second registration before the commit adds
+// nothing), and at Close; at once on a closed spool.
 func TestWakeOnChange(t *testing.T) {
 	pending := func(ch chan struct{}) bool {
 		select {
