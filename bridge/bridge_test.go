@@ -430,6 +430,30 @@ func TestRestartDurability(t *testing.T) {
 	}
 }
 
+// An idle spool behind a flapping uplink holds one sender's wake-up
+// channel, not one per reconnect: each connection's sender takes its own
+// off the list when it ends (spool ForgetWake). Nothing is published, so
+// no commit wakes (and clears) them meanwhile.
+func TestFlappingUplinkKeepsOneSpoolWaiter(t *testing.T) {
+	const rounds = 20
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	px := startProxy(t, up.addr())
+	b := runBridge(t, testConfig(t, "b1", px.url()), gw.srv)
+	b.waitState(t, bridge.Connected)
+	for i := 1; i <= rounds; i++ {
+		px.reset()
+		testutil.Eventually(t, 10*time.Second, "reconnect", func() bool {
+			st := b.Stats()
+			return st.Connects == uint64(i+1) && st.State == bridge.Connected
+		})
+	}
+	testutil.Eventually(t, 5*time.Second, "one waiter", func() bool { return b.SpoolWaitersForTest() <= 1 })
+	if n := b.SpoolWaitersForTest(); n > 1 {
+		t.Fatalf("after %d reconnects the spool holds %d wake-up channels, want at most 1", rounds, n)
+	}
+}
+
 // TestReconnectChurn drops the uplink 100 times (proxy resets) while
 // messages flow: every message arrives at least once, Connects counts each
 // reconnect, the goroutine count returns to what it was before the churn

@@ -26,3 +26,7 @@ func (l *FailLog) Connected(log *slog.Logger, now time.Time) { l.f.connected(log
 
 // SetStateForTest changes the bridge's state as its owner would.
 func (b *Bridge) SetStateForTest(s State, why error) { b.setState(s, "", why) }
+
+// SpoolWaitersForTest is how many wake-up channels the bridge's spool
+// holds for senders (spool WakeOnChange).
+func (b *Bridge) SpoolWaitersForTest() int { return b.spool.Load().Stats().Waiters }

@@ -135,6 +135,7 @@ type Stats struct {
 	Bytes     int64 // topic+payload bytes of unacked messages (bounded by MaxBytes)
 	DiskBytes int64 // size of all segment files
 	Segments  int   // segment files
+	Waiters   int   // channels registered with WakeOnChange, not yet woken or forgotten
 
 	Appended  uint64                // messages appended since Open
 	Acked     uint64                // messages acked since Open
@@ -1023,6 +1024,7 @@ func (s *Spool) Stats() Stats {
 		Syncs:        s.syncs.Load(),
 
 		CoveredCommits: s.cover.commits,
+		Waiters:        len(s.wakeOnChange),
 	}
 }
 
