@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/edgegw/edgegw/internal/config"
-	"github.com/edgegw/edgegw/internal/gcheadroom"
 	"github.com/edgegw/edgegw/internal/procs"
 )
 
@@ -16,7 +15,6 @@ import (
 // environment's GOGC / GOMEMLIMIT was left in charge.
 type runtimeSettings struct {
 	GCPercent   int    // limits.gc_percent applied; 0 = GOGC from the environment
-	GCHeadroom  int64  // limits.gc_headroom kept; 0 = none (off, GOGC from the environment, or gc_percent -1)
 	MemoryLimit int64  // limits.memory_limit (or its derived value) applied; 0 = GOMEMLIMIT from the environment
 	Env         string // "GOGC", "GOMEMLIMIT" or both: the variables that overrode the config
 }
@@ -43,9 +41,6 @@ func applyRuntime(l config.Limits, getenv func(string) string, knobs runtimeKnob
 	if getenv("GOGC") == "" {
 		knobs.setGCPercent(l.GCPercent)
 		rs.GCPercent = l.GCPercent
-		if l.GCPercent >= 0 {
-			rs.GCHeadroom = l.GCHeadroom
-		}
 	} else {
 		rs.Env = "GOGC"
 	}
@@ -58,15 +53,6 @@ func applyRuntime(l config.Limits, getenv func(string) string, knobs runtimeKnob
 		rs.Env += " GOMEMLIMIT"
 	}
 	return rs
-}
-
-// keepHeadroom starts the gcheadroom Keeper when applyRuntime left a
-// headroom to keep, and returns what stops it.
-func keepHeadroom(rs runtimeSettings, set func(int) int) (stop func()) {
-	if rs.GCHeadroom <= 0 {
-		return func() {}
-	}
-	return gcheadroom.Start(rs.GCPercent, rs.GCHeadroom, set).Stop
 }
 
 // governProcs runs the procs Governor (one processor while the gateway is

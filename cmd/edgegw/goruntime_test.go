@@ -21,7 +21,7 @@ func TestApplyRuntime(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 
 	rs := applyRuntime(l, getenv, knobs)
-	if rs != (runtimeSettings{GCPercent: config.DefaultGCPercent, GCHeadroom: config.DefaultGCHeadroom, MemoryLimit: 160 * config.MiB}) {
+	if rs != (runtimeSettings{GCPercent: config.DefaultGCPercent, MemoryLimit: 160 * config.MiB}) {
 		t.Fatalf("defaults: %+v", rs)
 	}
 	if len(gotGC) != 1 || gotGC[0] != config.DefaultGCPercent || len(gotLimit) != 1 || gotLimit[0] != 160*config.MiB {
@@ -31,7 +31,7 @@ func TestApplyRuntime(t *testing.T) {
 	l.MemoryLimit, l.GCPercent = 96*config.MiB, -1
 	gotGC, gotLimit = nil, nil
 	rs = applyRuntime(l, getenv, knobs)
-	if rs.GCPercent != -1 || rs.GCHeadroom != 0 || rs.MemoryLimit != 96*config.MiB || gotGC[0] != -1 || gotLimit[0] != 96*config.MiB {
+	if rs.GCPercent != -1 || rs.MemoryLimit != 96*config.MiB || gotGC[0] != -1 || gotLimit[0] != 96*config.MiB {
 		t.Fatalf("explicit: %+v, %v %v", rs, gotGC, gotLimit)
 	}
 

@@ -279,12 +279,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := stopOnSignal(log)
 	defer stop()
 	rs := applyRuntime(cfg.Limits, os.Getenv, processRuntime())
-	stopHeadroom := keepHeadroom(rs, debug.SetGCPercent)
-	defer stopHeadroom()
 	procsShown, stopProcs := governProcs(ctx, os.Getenv)
 	defer stopProcs()
 	log.Info("starting", "version", buildVersion(), "commit", buildCommit(), "platform", platform(), "config", path,
-		"gc_percent", rs.GCPercent, "gc_headroom", config.FormatSize(rs.GCHeadroom), "memory_limit", config.FormatSize(rs.MemoryLimit), "runtime_env", rs.Env, "procs", procsShown)
+		"gc_percent", rs.GCPercent, "memory_limit", config.FormatSize(rs.MemoryLimit), "runtime_env", rs.Env, "procs", procsShown)
 	for _, w := range warnings {
 		log.Warn("config warning", "key", w.Key, "problem", w.Msg)
 	}

@@ -170,11 +170,6 @@ type Limits struct {
 	// the proportional target off (the memory limit alone triggers GC).
 	// The GOGC environment variable overrides it.
 	GCPercent int `mapstructure:"gc_percent"`
-	// GCHeadroom is the least the heap may grow past the live data between
-	// collections, whatever GCPercent gives (internal/gcheadroom): a small
-	// heap is not collected every few seconds for a few MiB. 0 = off. Not
-	// applied when the GOGC environment variable or GCPercent -1 is.
-	GCHeadroom int64 `mapstructure:"gc_headroom"`
 	// MaxTopicLevels and MaxTopicLength bound every topic name and
 	// subscription filter a client sends (a filter's levels are topic
 	// tree nodes); over either, it is refused (docs/security.md).
@@ -313,13 +308,6 @@ type Metrics struct {
 // overshoot after a burst is halved (bench/README.md, slowsub).
 const DefaultGCPercent = 50
 
-// DefaultGCHeadroom is limits.gc_headroom's default: at issue 16's sensor
-// fleet (1,000 sensors, ~4 MB of live heap and stacks) it cut the
-// broker's CPU to 0.90x for 3 MiB more resident memory (bench/README.md,
-// "Issue 16, session 9"); from 16 MiB of live data on, gc_percent 50
-// gives more.
-const DefaultGCHeadroom = 8 * MiB
-
 // DefaultMetricsAddress is metrics.address's default. The port clashes
 // with nothing common on a gateway: Prometheus' exporter range 9100-9999
 // is fully allocated (9100 is node_exporter, which most scraped Pis run),
@@ -347,7 +335,6 @@ func Default() Config {
 			MaxQueuedBytes:      4 * MiB,
 			MemoryBudget:        64 * MiB,
 			GCPercent:           DefaultGCPercent,
-			GCHeadroom:          DefaultGCHeadroom,
 			MaxTopicLevels:      64,
 			MaxTopicLength:      1024,
 			MaxSubscriptions:    500,

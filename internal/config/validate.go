@@ -231,13 +231,6 @@ func (c Config) validateLimits(es *Errors) {
 	if l.GCPercent != -1 && (l.GCPercent < minGCPercent || l.GCPercent > maxGCPercent) {
 		es.add("limits.gc_percent", "must be -1 (off) or in %d..%d (got %d)", minGCPercent, maxGCPercent, l.GCPercent)
 	}
-	switch limit := l.DerivedMemoryLimit(); {
-	case l.GCHeadroom < 0:
-		es.add("limits.gc_headroom", "must be >= 0 (0 = off; got %d)", l.GCHeadroom)
-	case l.MemoryLimit >= 0 && l.GCHeadroom > limit/2:
-		es.add("limits.gc_headroom", "must be at most half the memory limit %s (got %s): the collector would run near the limit all the time",
-			FormatSize(limit), FormatSize(l.GCHeadroom))
-	}
 }
 
 // gc_percent bounds: below 10 the collector runs almost continuously;

@@ -66,14 +66,6 @@ func TestValidate(t *testing.T) {
 		{"runtime knobs range", func(c *Config) {
 			c.Limits.MemoryLimit, c.Limits.GCPercent = -1, 5000
 		}, []string{"limits.memory_limit", "limits.gc_percent"}},
-		{"gc headroom negative", func(c *Config) { c.Limits.GCHeadroom = -1 }, []string{"limits.gc_headroom"}},
-		{"gc headroom over half the derived limit", func(c *Config) {
-			c.Limits.MemoryBudget, c.Limits.GCHeadroom = 16*MiB, 32*MiB+1 // limit 64 MiB
-		}, []string{"limits.gc_headroom"}},
-		{"gc headroom at half the limit", func(c *Config) {
-			c.Limits.MemoryLimit, c.Limits.GCHeadroom = 96*MiB, 48*MiB
-		}, nil},
-		{"gc headroom off", func(c *Config) { c.Limits.GCHeadroom = 0 }, nil},
 		{"no listeners", func(c *Config) { c.Listeners = nil }, []string{"listeners"}},
 		{"duplicate listeners", func(c *Config) {
 			l := c.Listeners[0]
@@ -323,8 +315,7 @@ func TestWriteYAMLRoundTrip(t *testing.T) {
 	}
 }
 
-// TestRuntimeKnobs: limits.memory_limit, limits.gc_percent and
-// limits.gc_headroom load from the
+// TestRuntimeKnobs: limits.memory_limit and limits.gc_percent load from the
 // file and the environment, and the memory limit is derived from the
 // memory budget when 0.
 func TestRuntimeKnobs(t *testing.T) {
@@ -335,15 +326,12 @@ func TestRuntimeKnobs(t *testing.T) {
 	if got := d.Limits.DerivedMemoryLimit(); got != 160*MiB {
 		t.Fatalf("derived memory limit with the defaults = %d, want 160 MiB", got)
 	}
-	if d.Limits.GCHeadroom != DefaultGCHeadroom || DefaultGCHeadroom != 8*MiB {
-		t.Fatalf("defaults: gc_headroom %d", d.Limits.GCHeadroom)
-	}
-	c, err := Load(writeFile(t, "limits:\n  memory_budget: 16MiB\n  gc_percent: 80\n  gc_headroom: 12MiB\n"), nil)
+	c, err := Load(writeFile(t, "limits:\n  memory_budget: 16MiB\n  gc_percent: 80\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Limits.GCPercent != 80 || c.Limits.DerivedMemoryLimit() != 64*MiB || c.Limits.GCHeadroom != 12*MiB {
-		t.Fatalf("file: gc_percent %d, derived limit %d, gc_headroom %d", c.Limits.GCPercent, c.Limits.DerivedMemoryLimit(), c.Limits.GCHeadroom)
+	if c.Limits.GCPercent != 80 || c.Limits.DerivedMemoryLimit() != 64*MiB {
+		t.Fatalf("file: gc_percent %d, derived limit %d", c.Limits.GCPercent, c.Limits.DerivedMemoryLimit())
 	}
 	c, err = Load("", []string{"EDGEGW_LIMITS_MEMORY_LIMIT=100MiB", "EDGEGW_LIMITS_GC_PERCENT=-1"})
 	if err != nil {
@@ -351,10 +339,6 @@ func TestRuntimeKnobs(t *testing.T) {
 	}
 	if c.Limits.MemoryLimit != 100*MiB || c.Limits.DerivedMemoryLimit() != 100*MiB || c.Limits.GCPercent != -1 {
 		t.Fatalf("env: %+v", c.Limits)
-	}
-	_, err = Load("", []string{"EDGEGW_LIMITS_GC_HEADROOM=100MiB"}) // over half of 160 MiB
-	if err == nil || !strings.Contains(err.Error(), "limits.gc_headroom") || !strings.Contains(err.Error(), "half the memory limit 160MiB") {
-		t.Fatalf("gc_headroom 100MiB from env: %v", err)
 	}
 	_, err = Load("", []string{"EDGEGW_LIMITS_GC_PERCENT=5"})
 	if err == nil || !strings.Contains(err.Error(), "$EDGEGW_LIMITS_GC_PERCENT") || !strings.Contains(err.Error(), "limits.gc_percent") {
