@@ -43,7 +43,7 @@ func publishFlow(t *testing.T, c *rawClient, qos byte, topic, body string) {
 // delivery.
 func TestSecurityReloadDeniesInflightResend(t *testing.T) {
 	b, files := secureBroker(t, false)
-	alice := inflightAfterDrop(t, b, "alice-if", 1)
+	alice, _ := inflightAfterDrop(t, b, "alice-if", 1)
 	denyPublic(t, files)
 	pub := bobPublisher(t, b, "alice-if-bob2")
 	pub(2, "shared/end", "end")
@@ -53,42 +53,85 @@ func TestSecurityReloadDeniesInflightResend(t *testing.T) {
 	}
 }
 
-// A QoS 2 flow started before the same reload is completed: the client
-// may hold the packet id until the PUBREL [MQTT-4.3.3-2] and would take a
-// later message under that id for a duplicate and drop it, so dropping
-// the resend could lose a message the client may read. The message was
-// allowed when it was first sent.
-func TestSecurityReloadCompletesStartedQoS2(t *testing.T) {
-	b, files := secureBroker(t, false)
-	inflightAfterDrop(t, b, "alice-q2", 2)
-	denyPublic(t, files)
-	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-q2", false, login("alice"))
-	p := alice.nextPublish(10 * time.Second)
-	if p.Topic != "shared/public/x" || !p.Dup || p.QoS != 2 {
-		t.Fatalf("resumed session got %q QoS %d dup %v, want the started QoS 2 flow again", p.Topic, p.QoS, p.Dup)
+// A QoS 2 flow started before the same reload is not sent again either:
+// the resumed session gets a PUBREL for its packet id instead of the
+// PUBLISH (the client may hold the id until a PUBREL [MQTT-4.3.3-2] and
+// would drop a later message under it as a duplicate, so the flow is
+// ended, not dropped), the client's PUBCOMP ends it, and the session goes
+// on. The denied resend is counted.
+func TestSecurityReloadReleasesStartedQoS2(t *testing.T) {
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		t.Run(v.String(), func(t *testing.T) {
+			b, files := secureBroker(t, false)
+			id := "alice-q2-" + v.String()
+			_, pid := inflightAfterDrop(t, b, id, 2, v)
+			denyPublic(t, files)
+			before := b.srv.Stats().Denied["delivery"]
+			alice, _ := rawConnect(t, b.addr, v, id, false, loginKeep("alice", v))
+			rel := expect[*packet.Pubrel](t, alice, 10*time.Second)
+			if rel.PacketID != pid {
+				t.Fatalf("PUBREL for id %d, want the started flow's %d", rel.PacketID, pid)
+			}
+			comp := &packet.Pubcomp{PacketID: pid}
+			if v == packet.V5 {
+				comp.ReasonCode = packet.ReasonCode(0x92) // Packet Identifier not found: it never got the PUBLISH
+			}
+			alice.send(comp)
+			if n := b.srv.Stats().Denied["delivery"]; n != before+1 {
+				t.Fatalf("denied deliveries %d, want %d", n, before+1)
+			}
+			pub := bobPublisher(t, b, id+"-bob2")
+			pub(2, "shared/end", "end")
+			if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
+				t.Fatalf("after a reload denying shared/public/#, the resumed session was sent %q", got)
+			}
+			testutil.Eventually(t, 10*time.Second, "nothing in flight", func() bool { return b.srv.Stats().Inflight == 0 })
+			// Ended for good: a session resumed once more is sent no
+			// PUBREL (nor PUBLISH) for it before the next message.
+			alice.close()
+			testutil.Eventually(t, 10*time.Second, id+" offline", func() bool { _, d := sessions(b); return d == 1 })
+			alice, _ = rawConnect(t, b.addr, v, id, false, loginKeep("alice", v))
+			pub(3, "shared/end", "end")
+			if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
+				t.Fatalf("the second resume was sent %q", got)
+			}
+		})
 	}
-	alice.send(&packet.Pubrec{PacketID: p.PacketID})
-	if rel := expect[*packet.Pubrel](t, alice, 10*time.Second); rel.PacketID != p.PacketID {
-		t.Fatalf("PUBREL for id %d, want %d", rel.PacketID, p.PacketID)
+}
+
+// loginKeep is login for a persistent session: over MQTT 5 with a session
+// expiry, so that it outlives its connection as a 3.1.1 one does.
+func loginKeep(name string, v packet.Version) func(*packet.Connect) {
+	return func(cp *packet.Connect) {
+		login(name)(cp)
+		if v == packet.V5 {
+			cp.Props.SessionExpiry = 3600
+			cp.Props.Set(packet.PropSessionExpiry)
+		}
 	}
-	alice.send(&packet.Pubcomp{PacketID: p.PacketID})
 }
 
 // inflightAfterDrop leaves one message on shared/public/x in flight to
 // the persistent session id at qos: sent, never acknowledged, its
-// connection dropped. It returns the dropped client.
-func inflightAfterDrop(t *testing.T, b *broker, id string, qos byte) *rawClient {
+// connection (of version v, default 3.1.1) dropped. It returns the dropped
+// client and the packet id the message went out with.
+func inflightAfterDrop(t *testing.T, b *broker, id string, qos byte, v ...packet.Version) (*rawClient, uint16) {
 	t.Helper()
-	alice, _ := rawConnect(t, b.addr, packet.V311, id, false, login("alice"))
+	ver := packet.V311
+	if len(v) > 0 {
+		ver = v[0]
+	}
+	alice, _ := rawConnect(t, b.addr, ver, id, false, loginKeep("alice", ver))
 	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: qos})
 	bob, _ := rawConnect(t, b.addr, packet.V311, id+"-bob", true, login("bob"))
 	publishFlow(t, bob, qos, "shared/public/x", "sent-before-reload")
-	if p := alice.nextPublish(10 * time.Second); p.Topic != "shared/public/x" || p.QoS != qos {
+	p := alice.nextPublish(10 * time.Second)
+	if p.Topic != "shared/public/x" || p.QoS != qos {
 		t.Fatalf("alice got %q at QoS %d", p.Topic, p.QoS)
 	}
 	alice.close() // no acknowledgement: the message stays in flight
 	testutil.Eventually(t, 10*time.Second, id+" offline", func() bool { _, d := sessions(b); return d == 1 })
-	return alice
+	return alice, p.PacketID
 }
 
 // A QoS 2 flow past its PUBREC is finished after the same reload: the
@@ -130,5 +173,38 @@ func TestSecurityRestartDeniesInflightResend(t *testing.T) {
 	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-ifr", false, login("alice"))
 	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
 		t.Fatalf("after a restart with shared/public/# denied, the restored session was sent %q again", got)
+	}
+}
+
+// The same after a restart with the changed ACL: the QoS 2 flow restored
+// in flight (its packet id was recorded) is ended with a PUBREL, and that
+// is recorded too: a second restart before the PUBCOMP sends the PUBREL
+// again, never the PUBLISH.
+func TestSecurityRestartReleasesStartedQoS2(t *testing.T) {
+	dir := t.TempDir()
+	b, _ := secureBrokerState(t, false, nil, dir, nil)
+	_, pid := inflightAfterDrop(t, b, "alice-q2r", 2)
+	b.stop()
+
+	b, files := secureBrokerState(t, false, nil, dir, nil)
+	denyPublic(t, files)
+	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-q2r", false, login("alice"))
+	if rel := expect[*packet.Pubrel](t, alice, 10*time.Second); rel.PacketID != pid {
+		t.Fatalf("PUBREL for id %d, want the started flow's %d", rel.PacketID, pid)
+	}
+	alice.close() // no PUBCOMP
+	testutil.Eventually(t, 10*time.Second, "alice-q2r offline", func() bool { _, d := sessions(b); return d == 1 })
+	b.stop()
+
+	b, _ = secureBrokerState(t, false, nil, dir, nil)
+	alice, _ = rawConnect(t, b.addr, packet.V311, "alice-q2r", false, login("alice"))
+	if rel := expect[*packet.Pubrel](t, alice, 10*time.Second); rel.PacketID != pid {
+		t.Fatalf("after a second restart: PUBREL for id %d, want %d", rel.PacketID, pid)
+	}
+	alice.send(&packet.Pubcomp{PacketID: pid})
+	pub := bobPublisher(t, b, "alice-q2r-bob2")
+	pub(2, "shared/end", "end")
+	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
+		t.Fatalf("the restored session was sent %q", got)
 	}
 }

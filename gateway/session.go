@@ -328,15 +328,26 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			if !f.resend {
 				continue
 			}
-			if f.q.qos == 1 && az != nil && !s.mayRead(az, f.q.msg.Topic) {
+			if !f.released && az != nil && !s.mayRead(az, f.q.msg.Topic) {
 				// Sent before a reload (or a restart) denied its topic:
 				// authorization holds for every delivery, a resend too.
-				// Only QoS 1: a QoS 2 receiver may hold the packet id
-				// until its PUBREL [MQTT-4.3.3-2], and would discard a
-				// later message sent under the same id as a duplicate.
-				// A flow once started is completed (docs/security.md).
-				denied = append(denied, id)
-				continue
+				s.srv.stats.deny(deniedDelivery)
+				if f.q.qos == 1 {
+					denied = append(denied, id)
+					continue
+				}
+				// QoS 2: the receiver may hold the packet id until a
+				// PUBREL [MQTT-4.3.3-2] and would discard a later
+				// message sent under it as a duplicate, so the flow is
+				// not dropped: it goes on from its PUBREL, as if the
+				// PUBREC had come, without the message. A receiver
+				// answers every PUBREL with a PUBCOMP, one that never
+				// got the PUBLISH too (MQTT 5: reason 0x92, Packet
+				// Identifier not found), and the id is free on both
+				// sides (docs/security.md).
+				f.released = true
+				s.charge(-f.q.msg.size())
+				s.persistReleased(f.q)
 			}
 			if outstanding >= window {
 				break
@@ -352,7 +363,6 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		}
 		for _, id := range denied {
 			s.forget(id, s.inflight[id])
-			s.srv.stats.deny(deniedDelivery)
 		}
 		s.needResend = s.unsent > 0
 	}
