@@ -13,8 +13,10 @@ import (
 // TestSecurityReleasedQoS2RealClients: real clients resuming a session
 // whose QoS 2 message was denied in flight (TestSecurityReloadReleasesStartedQoS2)
 // answer the PUBREL for a packet id they never got a PUBLISH for with a
-// PUBCOMP [MQTT-4.3.3-2], so the flow ends, and they go on receiving
-// what they may read; the denied message never reaches them.
+// PUBCOMP [MQTT-4.3.3-11], [MQTT-4.3.3-2](3.1.1), so the flow ends, and
+// they go on receiving what they may read; the denied message never
+// reaches them (they never got it: TestSecurityReleasedQoS2HeldByClient
+// for one that did).
 func TestSecurityReleasedQoS2RealClients(t *testing.T) {
 	needMosquittoClients(t)
 	for _, tc := range []struct {

@@ -55,10 +55,10 @@ func TestSecurityReloadDeniesInflightResend(t *testing.T) {
 
 // A QoS 2 flow started before the same reload is not sent again either:
 // the resumed session gets a PUBREL for its packet id instead of the
-// PUBLISH (the client may hold the id until a PUBREL [MQTT-4.3.3-2] and
-// would drop a later message under it as a duplicate, so the flow is
-// ended, not dropped), the client's PUBCOMP ends it, and the session goes
-// on. The denied resend is counted.
+// PUBLISH (the client may hold the id until a PUBREL [MQTT-4.3.3-10],
+// [MQTT-4.3.3-2](3.1.1), and would drop a later message under it as a
+// duplicate, so the flow is ended, not dropped), the client's PUBCOMP ends
+// it, and the session goes on. The denied resend is counted.
 func TestSecurityReloadReleasesStartedQoS2(t *testing.T) {
 	for _, v := range []packet.Version{packet.V311, packet.V5} {
 		t.Run(v.String(), func(t *testing.T) {

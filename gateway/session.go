@@ -337,14 +337,15 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 					continue
 				}
 				// QoS 2: the receiver may hold the packet id until a
-				// PUBREL [MQTT-4.3.3-2] and would discard a later
-				// message sent under it as a duplicate, so the flow is
-				// not dropped: it goes on from its PUBREL, as if the
-				// PUBREC had come, without the message. A receiver
-				// answers every PUBREL with a PUBCOMP, one that never
-				// got the PUBLISH too (MQTT 5: reason 0x92, Packet
-				// Identifier not found), and the id is free on both
-				// sides (docs/security.md).
+				// PUBREL [MQTT-4.3.3-10], [MQTT-4.3.3-2](3.1.1) and
+				// would discard a later message sent under it as a
+				// duplicate, so the flow is not dropped: it goes on
+				// from its PUBREL, as if the PUBREC had come, without
+				// the message. A receiver answers every PUBREL with a
+				// PUBCOMP [MQTT-4.3.3-11], [MQTT-4.3.3-2](3.1.1), one
+				// that never got the PUBLISH too (MQTT 5: reason 0x92,
+				// Packet Identifier not found), and the id is free on
+				// both sides (docs/security.md).
 				f.released = true
 				s.charge(-f.q.msg.size())
 				s.persistReleased(f.q)
