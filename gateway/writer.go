@@ -503,6 +503,13 @@ func (c *client) appendOutgoing(ws *wstate, buf []byte, o *outgoing) []byte {
 		}
 		if !m.Expiry.IsZero() {
 			left := time.Until(m.Expiry)
+			if left <= 0 && o.dup && o.q.qos == 2 {
+				// A QoS 2 PUBLISH already sent is not expired
+				// [MQTT-4.3.3-7]: the receiver may hold its packet id
+				// until the PUBREL [MQTT-4.3.3-10], so the flow goes on,
+				// with the shortest interval the property can say.
+				left = time.Second
+			}
 			if left <= 0 {
 				c.dropOutgoing(o)
 				return buf
