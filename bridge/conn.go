@@ -189,6 +189,7 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, st *uplinkStore, slot *co
 	}
 	if st != nil { // MQTT 3.1.1: the last connection's requests died with it (requestid.go)
 		st.dropRequests()
+		st.connecting()
 	}
 	raw := rawSocket(c)
 	dc := &deadlineConn{

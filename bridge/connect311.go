@@ -82,6 +82,10 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
 		}
 		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), err)
 	}
+	if n := b.store.takeLostFlows(); n > 0 {
+		b.log.Warn("upstream has no session for the bridge (session present 0): its unfinished flows are sent again as new messages",
+			"address", u.Redacted(), "flows", n)
+	}
 	// paho has re-sent the stored publishes; the PUBRELs among them hold
 	// packet ids paho does not reserve, so they must complete before any
 	// new SUBSCRIBE or PUBLISH takes an id (session311.go).

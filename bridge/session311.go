@@ -126,6 +126,11 @@ type uplinkStore struct {
 	reqNext  uint16               // where requestWire looks for a free id
 	picked   uint16               // the id pickWire gave, until announce registers it (requestid.go)
 	in       map[string]packets.ControlPacket
+	// noSession: the current connection's CONNACK said the broker has no
+	// session for the bridge (session present 0), so All resumes nothing;
+	// lostFlows is how many flows it dropped for that (takeLostFlows).
+	noSession bool
+	lostFlows int
 }
 
 var _ mqtt.Store = (*uplinkStore)(nil)
@@ -344,9 +349,23 @@ func (s *uplinkStore) Get(key string) packets.ControlPacket {
 // itself become paho's first (adoptDirectLocked), so that paho re-sends
 // them with the QoS 2 flows, in the same order, under their wire ids
 // with DUP set (3.1.1) [MQTT-4.4.0-1] [MQTT-3.3.1-1].
+//
+// A broker that answered the connection's CONNACK with session present 0
+// (restarted without persistence, a failover address, a session expired)
+// has none of those flows. Re-sent, a PUBREL would be answered with a
+// PUBCOMP for a message it never had [MQTT-4.3.3-2] (3.1.1) and the
+// record would leave the spool undelivered; so, as on a clean session
+// (Reset), the flows are dropped without completing them and the sender
+// sends their records again as new messages: at least once, not exactly
+// once, across a broker that lost its state.
 func (s *uplinkStore) All() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.noSession {
+		s.lostFlows = len(s.wire) // direct publishes and paho's alike
+		s.resetLocked()
+		return nil
+	}
 	s.adoptDirectLocked()
 	s.resumed.Add(uint64(len(s.out)))
 	keys := make([]string, 0, len(s.out)+len(s.in))
@@ -403,9 +422,38 @@ func (s *uplinkStore) Del(key string) {
 func (s *uplinkStore) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.resetLocked()
+}
+
+func (s *uplinkStore) resetLocked() {
 	clear(s.out)
 	clear(s.wire)
 	clear(s.in)
+}
+
+// connecting starts a connection: until its CONNACK is read, the session
+// is taken to be there (what paho assumes).
+func (s *uplinkStore) connecting() {
+	s.mu.Lock()
+	s.noSession = false
+	s.mu.Unlock()
+}
+
+// takeLostFlows returns how many unfinished flows the last All dropped
+// because the broker had no session, and forgets it.
+func (s *uplinkStore) takeLostFlows() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.lostFlows
+	s.lostFlows = 0
+	return n
+}
+
+// connackSession records the CONNACK's session present flag (ackRewriter).
+func (s *uplinkStore) connackSession(present bool) {
+	s.mu.Lock()
+	s.noSession = !present
+	s.mu.Unlock()
 }
 
 // parseKey splits paho's store key "o.<id>" or "i.<id>".

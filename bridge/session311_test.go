@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"bytes"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -113,6 +115,65 @@ func TestParseKey(t *testing.T) {
 		in, pid, ok := parseKey(tc.key)
 		if in != tc.inbound || pid != tc.pid || ok != tc.ok {
 			t.Errorf("parseKey(%q) = %v %d %v, want %v %d %v", tc.key, in, pid, ok, tc.inbound, tc.pid, tc.ok)
+		}
+	}
+}
+
+// TestResumeWithoutBrokerSession: the connection's CONNACK, read through
+// the ack rewriter in any split, tells the store whether the broker kept
+// the session. With session present 1 All resumes the flows; with 0
+// (broker restarted without persistence, a failover address) it resumes
+// none and drops them without completing them, so their records are sent
+// again as new messages instead of PUBRELs the new broker would complete
+// with nothing. The next connection starts out assuming a session again.
+func TestResumeWithoutBrokerSession(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		connack []byte
+		resumed bool
+	}{
+		{"session present", []byte{0x20, 2, 1, 0}, true},
+		{"no session", []byte{0x20, 2, 0, 0}, false},
+	} {
+		for split := 1; split <= len(tc.connack); split++ {
+			t.Run(fmt.Sprintf("%s/reads of %d", tc.name, split), func(t *testing.T) {
+				var completed []spool.ID
+				s := newUplinkStore(func(rec spool.ID) { completed = append(completed, rec) })
+				for _, rec := range []spool.ID{7, 8} {
+					e := s.announce(rec, wireID(rec))
+					s.Put("o."+strconv.Itoa(int(rec)), publishPacket(uint16(rec), 2))
+					s.taken(e)
+				}
+				s.pahoOf(wireID(8), true) // record 8 is at its PUBREL
+				s.connecting()
+				r := ackRewriter{st: s}
+				// The CONNACK, then a PUBACK that follows it in the stream.
+				stream := append(slices.Clone(tc.connack), 0x40, 2, 0, 9)
+				var out []byte
+				for i := 0; i < len(stream); i += split {
+					out = r.filter(stream[i:min(i+split, len(stream))], out)
+				}
+				if !bytes.Equal(out[:4], tc.connack) {
+					t.Fatalf("the CONNACK reached paho as %x", out[:4])
+				}
+				keys := s.All()
+				if tc.resumed {
+					if !slices.Equal(keys, []string{"o.7", "o.8"}) || s.takeLostFlows() != 0 {
+						t.Fatalf("All = %v with a session", keys)
+					}
+					return
+				}
+				if len(keys) != 0 || len(s.pending()) != 0 || len(completed) != 0 {
+					t.Fatalf("no session: All = %v, pending %d, completed %v; want nothing resumed or completed", keys, len(s.pending()), completed)
+				}
+				if n := s.takeLostFlows(); n != 2 {
+					t.Fatalf("lost flows %d, want 2", n)
+				}
+				s.connecting()
+				if s.noSession {
+					t.Fatal("the next connection starts without a session")
+				}
+			})
 		}
 	}
 }

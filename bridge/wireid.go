@@ -59,6 +59,7 @@ func pickWireID(rec spool.ID, qos byte, cursor *uint16, held func(uint16) <-chan
 
 // Packet types the rewriting looks at.
 const (
+	typeConnack = 2
 	typePublish = 3
 	typePuback  = 4
 	typePubrec  = 5
@@ -127,9 +128,13 @@ func remainingLength(p []byte) (rl, hl int) {
 // the id is unknown); a SUBACK's or UNSUBACK's id is held back the same way
 // and passed on as paho's (requestid.go); every other byte passes through
 // as read. On a PUBREC it also tells the store (the flow's re-send is a
-// PUBREL from now on).
+// PUBREL from now on). The connection's first packet, its CONNACK, tells
+// the store whether the broker kept the session (session311.go All).
 type ackRewriter struct {
 	st *uplinkStore
+
+	begun   bool // the connection's first packet has started
+	connack bool // in the CONNACK, its flags byte not read yet
 
 	state  scanState
 	remain int  // body bytes left (scanBody) or length read so far (scanLength)
@@ -174,6 +179,9 @@ func (r *ackRewriter) filter(in, out []byte) []byte {
 			}
 		case r.state == scanHeader:
 			i++
+			if !r.begun {
+				r.begun, r.connack = true, b>>4 == typeConnack
+			}
 			if typ := b >> 4; typ == typePuback || typ == typePubrec || typ == typePubcomp {
 				r.hold[0], r.nhold, r.answer = b, 1, false
 				continue
@@ -189,6 +197,15 @@ func (r *ackRewriter) filter(in, out []byte) []byte {
 			r.shift += 7
 			if b&0x80 == 0 || r.shift >= 28 {
 				r.bodyStart()
+			}
+		case r.connack: // scanBody: the CONNACK's flags, bit 0 session present [MQTT-3.2.2-1]
+			r.connack = false
+			r.st.connackSession(b&1 != 0)
+			out = append(out, b)
+			i++
+			r.remain--
+			if r.remain == 0 {
+				r.state = scanHeader
 			}
 		case r.answer && r.naid < 2: // scanBody: a request's answer, its id
 			r.aid[r.naid] = b
@@ -220,7 +237,7 @@ func (r *ackRewriter) filter(in, out []byte) []byte {
 func (r *ackRewriter) bodyStart() {
 	r.state = scanBody
 	if r.remain == 0 {
-		r.state = scanHeader
+		r.state, r.connack = scanHeader, false
 	}
 }
 
