@@ -14,6 +14,7 @@ command -v node >/dev/null 2>&1 || need="$need nodejs npm"
 command -v lintian >/dev/null 2>&1 || need="$need lintian"
 command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg-dev"
 command -v qemu-aarch64-static >/dev/null 2>&1 || need="$need qemu-user-static"
+command -v cc >/dev/null 2>&1 || need="$need gcc libc6-dev" # cmd/edgegw TestBinaryDocSerialFramingC compiles the C code of docs/serial-framing.md
 
 if [ -n "$need" ]; then
 	echo "installing:$need"
