@@ -105,7 +105,8 @@ func docSecurityACL(t *testing.T) string {
 // there and not read it; "pattern readwrite clients/%c/#" gives a client
 // its own subtree. It also checks the status page's promised headers
 // (docs/status-page.md, Access: Cache-Control no-store, a CSP that allows
-// only inline style and script and same-origin requests).
+// only inline style and script and same-origin requests), and that
+// /metrics says it is Prometheus text format 0.0.4 (docs/metrics.md).
 func TestBinaryDocSecurityACLExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -195,6 +196,14 @@ auth: {allow_anonymous: false, password_file: %s, acl_file: %s}
 	resp.Body.Close()
 	if got := resp.Header.Get("Cache-Control"); got != "no-store" {
 		t.Errorf("status page Cache-Control %q, docs/status-page.md says no-store", got)
+	}
+	mresp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mresp.Body.Close()
+	if got := mresp.Header.Get("Content-Type"); !strings.Contains(got, "version=0.0.4") {
+		t.Errorf("/metrics Content-Type %q, docs/metrics.md says text format 0.0.4", got)
 	}
 	csp := resp.Header.Get("Content-Security-Policy")
 	for _, want := range []string{"default-src 'none'", "style-src 'unsafe-inline'", "script-src 'unsafe-inline'", "connect-src 'self'"} {
