@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -338,4 +339,48 @@ metrics: {address: ""}
 	if got := strings.TrimSpace(string(out)); err != nil || got != want {
 		t.Fatalf("subscriber to doc/c and doc/long: %v %q, want %q (frames % x)", err, got, want, frames)
 	}
+}
+
+// TestBinaryDocStatusJSONFailedBridge: docs/status-page.md says a bridge's
+// state in /status.json is connected, disconnected or failed; a bridge
+// whose spool cannot open (a file where its directory should be) is
+// "failed" there, as in $SYS/bridge/<name>/state and /healthz.
+func TestBinaryDocStatusJSONFailedBridge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "state", "bridges"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "state", "bridges", "cloud"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, metricsAddr := freePort(t), freePort(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+listeners:
+  - {name: lan, address: "%s"}
+metrics: {address: "%s"}
+persistence: {dir: %s}
+bridges:
+  - name: cloud
+    addresses: ["tcp://%s"]
+    topics: [{pattern: "s/#"}]
+`, addr, metricsAddr, filepath.Join(dir, "state"), freePort(t)))
+	startEdgegw(t, buildEdgegw(t), "--config", cfg)
+	waitListening(t, metricsAddr)
+	testutil.Eventually(t, 10*time.Second, `status.json bridge state "failed"`, func() bool {
+		resp, err := http.Get("http://" + metricsAddr + "/status.json")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var doc struct {
+			Bridges []struct{ Name, State string } `json:"bridges"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&doc) != nil || len(doc.Bridges) != 1 {
+			return false
+		}
+		return doc.Bridges[0].State == "failed"
+	})
 }
