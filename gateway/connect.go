@@ -77,6 +77,18 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	if c.username == "" && !cp.UsernameFlag && c.certCN == "" && !o.AllowAnonymous {
 		return c.refuse(packet.NotAuthorized, "anonymous clients are not allowed")
 	}
+	// Without allow_anonymous a client gets in only when something vouches
+	// for it: its certificate (a use_cn_as_username listener: the CN is its
+	// user name, no password) or a password checked against the password
+	// file. A user name nothing can check is a claim anyone can make: with
+	// no password file it would let any client in under any user's name,
+	// on every listener, and take that user's ACL rules.
+	byCert := c.certCN != "" && c.username == c.certCN && !cp.PasswordFlag
+	if !o.AllowAnonymous && !byCert && (o.Authenticator == nil || !o.Authenticator.ChecksPasswords()) {
+		c.srv.stats.authFailures.Add(1)
+		c.logf(slog.LevelInfo, "authentication failed", "user", c.username, "err", "no auth.password_file to check a user name against")
+		return c.refuse(packet.BadUsernameOrPassword, "no auth.password_file: a user name cannot be checked")
+	}
 	if o.Authenticator != nil && (cp.UsernameFlag || !o.AllowAnonymous) {
 		host := hostOf(c.conn.RemoteAddr())
 		wait, busy := c.srv.tarpit.admit(host, time.Now())

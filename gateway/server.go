@@ -105,6 +105,10 @@ type Authenticator interface {
 	// Authenticate returns nil to accept. certCN is the verified client
 	// certificate's common name ("" without mTLS).
 	Authenticate(clientID, username string, password []byte, hasPassword bool, certCN string) error
+	// ChecksPasswords reports whether Authenticate has anything to check
+	// a user name and password against. Without, and without
+	// AllowAnonymous, only a client whose certificate names it is let in.
+	ChecksPasswords() bool
 }
 
 // Authorizer decides per topic what an authenticated client may do.

@@ -71,6 +71,10 @@ func (f *Files) Load() error {
 // cached under one generation must not be used under another.
 func (f *Files) Generation() uint64 { return f.gen.Load() }
 
+// ChecksPasswords reports whether there is a password file to check
+// credentials against (gateway.Authenticator).
+func (f *Files) ChecksPasswords() bool { return f.PasswordFile != "" }
+
 // Authenticate checks a CONNECT's credentials. A client identified by a
 // verified certificate whose CN is used as its user name needs no password.
 func (f *Files) Authenticate(clientID, username string, password []byte, hasPassword bool, certCN string) error {
