@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
@@ -144,7 +145,12 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		}
 	}
 
-	// Flow control and sizes the client asked for.
+	// Flow control and sizes the client asked for. No packet out is larger
+	// than limits.max_packet_size either ("accepted or sent"): a message a
+	// bridge brought in was never held to it on its way in.
+	if o.MaxPacketSize > 0 {
+		c.maxOut = uint32(min(o.MaxPacketSize, math.MaxUint32))
+	}
 	c.window = o.MaxInflight
 	if c.version == packet.V5 {
 		if cp.Props.Has(packet.PropReceiveMaximum) {
@@ -157,7 +163,9 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 			if cp.Props.MaximumPacketSize == 0 {
 				return c.refuse(packet.ProtocolError, "maximum packet size 0")
 			}
-			c.maxOut = cp.Props.MaximumPacketSize
+			if c.maxOut == 0 || cp.Props.MaximumPacketSize < c.maxOut {
+				c.maxOut = cp.Props.MaximumPacketSize
+			}
 		}
 		c.aliasMaxOut = cp.Props.TopicAliasMaximum
 		ackProps.MaximumPacketSize = uint32(o.MaxPacketSize)

@@ -33,6 +33,12 @@ type Message struct {
 	Origin string
 }
 
+// OriginSys is the Origin of the broker's own $SYS reports (and the
+// bridges' status topics): not received from anyone, so not counted as
+// received. No client id can be it: MQTT strings hold no U+0000
+// [MQTT-1.5.4-2].
+const OriginSys = "\x00$SYS"
+
 // size is what a queued reference to m is charged against the queue limits
 // and the memory budget.
 func (m *Message) size() int64 { return int64(len(m.Payload) + len(m.Topic)) }

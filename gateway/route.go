@@ -130,7 +130,9 @@ func (s *Server) routeKept(m *Message, d deferrer) (pending, matched bool, err e
 // which then writes what it queued for other connections itself once its
 // input is drained (writer.go).
 func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matched bool, err error) {
-	s.stats.received.Add(1)
+	if m.Origin != OriginSys { // received: from clients and bridges, not the broker's own reports
+		s.stats.received.Add(1)
+	}
 	h := keeper{d: d, from: from}
 	if m.Retain {
 		h.pos = s.retain(m)

@@ -138,7 +138,7 @@ func (s *Server) publishSys() {
 	}
 	st := s.Stats()
 	pub := func(topic, val string) {
-		s.route(&Message{Topic: "$SYS/broker/" + topic, Payload: []byte(val), Retain: true, Origin: "$SYS"})
+		s.route(&Message{Topic: "$SYS/broker/" + topic, Payload: []byte(val), Retain: true, Origin: OriginSys})
 	}
 	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
 	pub("version", s.opts.Version)

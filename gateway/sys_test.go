@@ -26,3 +26,55 @@ func TestSysVersion(t *testing.T) {
 		b.stop()
 	}
 }
+
+// TestSysNotCountedAsReceived: the broker's own $SYS reports are not
+// messages received (docs/metrics.md: "PUBLISH messages accepted from
+// clients and bridges"): with only $SYS traffic the count stays 0, and a
+// client's publish counts one.
+func TestSysNotCountedAsReceived(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, SysInterval: 20 * time.Millisecond})
+	rc, _ := rawConnect(t, b.addr, packet.V311, "sysrecv", true, nil)
+	rc.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$SYS/broker/uptime"})
+	for range 3 { // three rounds of reports routed
+		rc.nextPublish(10 * time.Second)
+	}
+	if n := b.srv.Stats().MessagesReceived; n != 0 {
+		t.Fatalf("messages received %d after $SYS reports only, want 0", n)
+	}
+	pub, _ := rawConnect(t, b.addr, packet.V311, "sysrecv-pub", true, nil)
+	pub.send(&packet.Publish{Topic: "a/b", Payload: []byte("x"), QoS: 1, PacketID: 1})
+	expect[*packet.Puback](t, pub, 10*time.Second)
+	if n := b.srv.Stats().MessagesReceived; n != 1 {
+		t.Fatalf("messages received %d after one publish, want 1", n)
+	}
+}
+
+// TestMaxPacketSizeHoldsForSentPackets: limits.max_packet_size is the
+// largest packet accepted or sent (docs/config.md). A message that did not
+// come in through a listener (a bridge's, via Publish) is not held to it
+// on its way in, so it is held to it on its way out: a 3.1.1 subscriber,
+// which cannot say what it takes, is not sent a larger PUBLISH; it is
+// dropped as too_large and the next message goes through.
+func TestMaxPacketSizeHoldsForSentPackets(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxPacketSize: 1024})
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		t.Run(v.String(), func(t *testing.T) {
+			sub, _ := rawConnect(t, b.addr, v, "big-sub-"+v.String(), true, nil)
+			sub.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "cmd/#", QoS: 1})
+			before := b.srv.Stats().Drops["too_large"]
+			if err := b.srv.Publish(&gateway.Message{Topic: "cmd/big", Payload: make([]byte, 2000), QoS: 1, Origin: "$bridge/cloud"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.srv.Publish(&gateway.Message{Topic: "cmd/small", Payload: []byte("ok"), QoS: 1, Origin: "$bridge/cloud"}); err != nil {
+				t.Fatal(err)
+			}
+			p := sub.nextPublish(10 * time.Second)
+			if p.Topic != "cmd/small" {
+				t.Fatalf("first delivery %q (%d bytes), want cmd/small: the 2000-byte message exceeds max_packet_size 1024", p.Topic, len(p.Payload))
+			}
+			if n := b.srv.Stats().Drops["too_large"]; n != before+1 {
+				t.Fatalf("too_large drops %d, want %d", n, before+1)
+			}
+		})
+	}
+}

@@ -542,6 +542,9 @@ func (c *client) appendOutgoing(ws *wstate, buf []byte, o *outgoing) []byte {
 			}
 			c.outAliases[strings.Clone(m.Topic)] = p.Props.TopicAlias // the topic may share a payload's memory
 		}
+	} else if c.maxOut > 0 && packet.Size(p, c.version) > int(c.maxOut) {
+		c.dropOutgoing(o) // above limits.max_packet_size (a bridge's message: not checked on its way in)
+		return buf
 	}
 	b, err := packet.Append(buf, p, c.version)
 	if err != nil {

@@ -5,30 +5,41 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 
 	"github.com/edgegw/edgegw/internal/config"
 	"github.com/edgegw/edgegw/internal/procs"
 )
 
-// runtimeSettings is what applyRuntime set. A zero value means the
-// environment's GOGC / GOMEMLIMIT was left in charge.
+// runtimeSettings is what is in effect after applyRuntime: the config's
+// values, or the environment's where Env names it.
 type runtimeSettings struct {
-	GCPercent   int    // limits.gc_percent applied; 0 = GOGC from the environment
-	MemoryLimit int64  // limits.memory_limit (or its derived value) applied; 0 = GOMEMLIMIT from the environment
+	GCPercent   int    // limits.gc_percent, or GOGC's (-1: off)
+	MemoryLimit int64  // limits.memory_limit (or its derived value), or GOMEMLIMIT's
 	Env         string // "GOGC", "GOMEMLIMIT" or both: the variables that overrode the config
 }
 
-// runtimeKnobs are the runtime/debug setters; tests pass their own (the
-// real ones change the whole process).
+// runtimeKnobs are the runtime/debug setters and what reads the runtime's
+// current values; tests pass their own (the real ones change the whole
+// process).
 type runtimeKnobs struct {
 	setGCPercent   func(int) int
 	setMemoryLimit func(int64) int64
+	current        func() (gcPercent int, memoryLimit int64)
 }
 
 // processRuntime is the real thing.
 func processRuntime() runtimeKnobs {
-	return runtimeKnobs{debug.SetGCPercent, debug.SetMemoryLimit}
+	return runtimeKnobs{debug.SetGCPercent, debug.SetMemoryLimit, currentRuntime}
+}
+
+// currentRuntime reads the GC percent and the memory limit in effect
+// without changing them (runtime/debug has no getter for the percent).
+func currentRuntime() (int, int64) {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(int32(s[0].Value.Uint64())), debug.SetMemoryLimit(-1) // -1: GOGC=off; a negative limit only reads
 }
 
 // applyRuntime sets the Go runtime's GC target and soft memory limit from
@@ -38,6 +49,7 @@ func processRuntime() runtimeKnobs {
 // runtime already read them, and an operator who sets them means it.
 func applyRuntime(l config.Limits, getenv func(string) string, knobs runtimeKnobs) runtimeSettings {
 	var rs runtimeSettings
+	rs.GCPercent, rs.MemoryLimit = knobs.current()
 	if getenv("GOGC") == "" {
 		knobs.setGCPercent(l.GCPercent)
 		rs.GCPercent = l.GCPercent

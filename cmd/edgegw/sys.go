@@ -35,7 +35,7 @@ func publishBridgeSys(ctx context.Context, gw *gateway.Server, bridges []*bridge
 				}
 				last[v.Topic] = v.Value
 				// An empty payload clears the retained topic (no last error yet).
-				gw.Publish(&gateway.Message{Topic: v.Topic, Payload: []byte(v.Value), Retain: true, Origin: "$SYS"})
+				gw.Publish(&gateway.Message{Topic: v.Topic, Payload: []byte(v.Value), Retain: true, Origin: gateway.OriginSys})
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -183,6 +184,11 @@ func ReadPasswordFile(path string) (map[string][]byte, error) {
 func SetPassword(path, user string, password []byte) error {
 	if user == "" || strings.ContainsAny(user, ":\n\r") {
 		return fmt.Errorf("user name %q: must be non-empty without ':' or newlines", user)
+	}
+	// The file's reader takes a line starting with '#' for a comment and
+	// trims a line's spaces: such a name could never log in.
+	if strings.HasPrefix(user, "#") || strings.TrimLeftFunc(user, unicode.IsSpace) != user {
+		return fmt.Errorf("user name %q: must not start with '#' or a space (the password file would read it as a comment or another name)", user)
 	}
 	if len(password) == 0 {
 		return errors.New("empty password")

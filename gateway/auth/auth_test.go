@@ -261,3 +261,28 @@ func TestCoversDoesNotAllocate(t *testing.T) {
 		t.Fatalf("covers allocates %v times", a)
 	}
 }
+
+// TestSetPasswordRefusesUnreadableNames: a user name the password file's
+// reader would take for a comment ('#') or trim (a leading space) could
+// never log in, so SetPassword (edgegw passwd) refuses it and leaves the
+// file alone; a name with '#' or a space inside is fine.
+func TestSetPasswordRefusesUnreadableNames(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "passwd")
+	for _, name := range []string{"#x", "# x", " bob", "\tbob"} {
+		if err := SetPassword(pw, name, []byte("pw")); err == nil {
+			t.Errorf("user %q accepted", name)
+		}
+	}
+	if _, err := os.Stat(pw); !os.IsNotExist(err) {
+		t.Fatalf("a refused name wrote the file: %v", err)
+	}
+	for _, name := range []string{"a#b", "bob smith"} {
+		if err := SetPassword(pw, name, []byte("pw")); err != nil {
+			t.Fatalf("user %q: %v", name, err)
+		}
+	}
+	users, err := ReadPasswordFile(pw)
+	if err != nil || len(users) != 2 || users["a#b"] == nil || users["bob smith"] == nil {
+		t.Fatalf("read back %v, %v", users, err)
+	}
+}
