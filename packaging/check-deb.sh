@@ -37,7 +37,8 @@ for want in \
 	./usr/share/doc/edgegw/changelog.Debian.gz \
 	./usr/share/doc/edgegw/README.md \
 	./usr/share/doc/edgegw/install.md \
-	./usr/share/doc/edgegw/config.md; do
+	./usr/share/doc/edgegw/config.md \
+	./usr/share/doc/edgegw/status-page-up.png; do
 	echo "$contents" | awk '{print $6}' | grep -qx "$want" || fail "missing $want"
 done
 echo "$contents" | awk '$1 ~ /^-/ && $2 != "root/root" {bad=1; print "not root/root: " $0} END {exit bad}' ||

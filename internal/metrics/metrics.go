@@ -85,7 +85,7 @@ func collect(w *expo, src Sources) {
 		for _, r := range sortedKeys(st.Closes) {
 			f.v(float64(st.Closes[r]), "reason", r)
 		}
-		f = w.counter("edgegw_denied_total", "Authorization refusals, by kind: publish, subscribe, delivery, session_owner.")
+		f = w.counter("edgegw_denied_total", "Authorization refusals, by kind: publish, subscribe, delivery, session_owner, topic_limit, subscription_limit.")
 		for _, k := range sortedKeys(st.Denied) {
 			f.v(float64(st.Denied[k]), "kind", k)
 		}
