@@ -106,6 +106,10 @@ func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
 		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), err)
 	}
 	s.done = s.c.Done()
+	if n := b.sess5.takeLostFlows(); n > 0 && !b.cfg.CleanSession { // Clean Start: forgotten on purpose
+		b.log.Warn("upstream has no session for the bridge (session present 0): its unfinished flows are sent again as new messages",
+			"address", u.Redacted(), "flows", n)
+	}
 	if p := ca.Properties; p != nil {
 		if p.ReceiveMaximum != nil && *p.ReceiveMaximum > 0 {
 			s.recvMax = int(*p.ReceiveMaximum)

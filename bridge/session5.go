@@ -97,6 +97,7 @@ type session5 struct {
 	wireNext  uint16               // where pickWireID looks for a free publish id
 	in        map[uint16]bool      // inbound QoS 2 ids: received; true once PUBREC'd
 	refusedIn map[uint16]bool      // inbound publishes the gateway refused: not acked
+	lostFlows int                  // flows the last CONNACK dropped: no session (takeLostFlows)
 	errs      log.Logger
 }
 
@@ -205,6 +206,7 @@ func (s *session5) ConAckReceived(conn io.Writer, _ *packets.Connect, ca *packet
 		clear(s.in)
 		clear(s.refusedIn)
 	}
+	s.lostFlows = len(reset)
 	var resend []*flow5
 	for _, f := range s.out {
 		if f.pub != nil {
@@ -234,6 +236,16 @@ func (s *session5) ConAckReceived(conn io.Writer, _ *packets.Connect, ca *packet
 		return fmt.Errorf("re-send in-flight publishes: %w", err)
 	}
 	return nil
+}
+
+// takeLostFlows returns how many flows the last CONNACK dropped because
+// the broker had no session (ConAckReceived), and forgets it.
+func (s *session5) takeLostFlows() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.lostFlows
+	s.lostFlows = 0
+	return n
 }
 
 // ConnectionLost is part of pahosession.SessionManager. Outbound flows stay

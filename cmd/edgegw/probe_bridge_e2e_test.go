@@ -161,11 +161,20 @@ func mqttPacketLen(b []byte) (int, bool) {
 // clean_session: true the broker forgot them, and they are sent again as
 // new messages"; the MQTT 5 uplink does that when session present is 0
 // (bridge/session5.go ConAckReceived), the 3.1.1 one does not.
+//
+// The same over MQTT 5 (docs/bridge.md: "MQTT 3.1.1 and 5 alike"), and in
+// both the WARN line that names the flows sent again.
 func TestProbeQoS2PubrelToBrokerThatLostTheSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	bin := buildEdgegw(t)
+	for _, proto := range []string{"3.1.1", "5"} {
+		t.Run("MQTT "+proto, func(t *testing.T) { probeQoS2PubrelToBrokerThatLostTheSession(t, bin, proto) })
+	}
+}
+
+func probeQoS2PubrelToBrokerThatLostTheSession(t *testing.T, bin, proto string) {
 	local, cloud := freePort(t), freePort(t)
 	lhost, lport, _ := net.SplitHostPort(local)
 	chost, cport, _ := net.SplitHostPort(cloud)
@@ -182,6 +191,7 @@ bridges:
   - name: cloud
     addresses: ["tcp://%s"]
     client_id: edge-probe
+    protocol: "%s"
     clean_session: false
     keepalive: 30s
     ack_timeout: 30s
@@ -189,7 +199,7 @@ bridges:
     reconnect_max: 300ms
     topics:
       - {pattern: "sensors/#", direction: out, qos: 2, remote_prefix: "site/"}
-`, local, t.TempDir(), proxy.addr()))
+`, local, t.TempDir(), proxy.addr(), proto))
 	g := startEdgegw(t, bin, "--config", cfg)
 	waitListening(t, local)
 	testutil.Eventually(t, 10*time.Second, "bridge connected", func() bool { return strings.Contains(g.logs(), "connected") })
@@ -255,5 +265,9 @@ bridges:
 	}
 	if seen["m1"] > 1 || seen["m2"] > 1 {
 		t.Fatalf("QoS 2 duplicates at the cloud: %v", seen)
+	}
+	// docs/bridge.md: "One WARN line says so, with the number of flows."
+	if logs := g.logs(); !strings.Contains(logs, "upstream has no session for the bridge") || !strings.Contains(logs, "flows=1") {
+		t.Fatalf("no WARN line naming the 1 flow sent again as a new message; logs:\n%s", logs)
 	}
 }
