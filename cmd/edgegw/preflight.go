@@ -72,6 +72,16 @@ func preflight(cfg config.Config, source string, now time.Time) findings {
 				"set auth.allow_anonymous: false with auth.password_file, require tls.client_ca, or bind 127.0.0.1", l.Name, l.Address)
 		}
 	}
+	if a := cfg.Auth; !a.AllowAnonymous && a.PasswordFile == "" {
+		// Only a certificate's CN vouches for a client then (gateway
+		// connect.go): every other listener refuses everyone.
+		for i, l := range cfg.Listeners {
+			if !l.TLS.UseCNAsUsername {
+				f.warn(fmt.Sprintf("listeners[%d]", i), "listener %q on %s: no client can connect to it: auth.allow_anonymous is false "+
+					"and there is no auth.password_file, so only a certificate's CN on a listener with tls.use_cn_as_username gets in", l.Name, listenerWhere(l))
+			}
+		}
+	}
 	if l := cfg.Limits; l.SlowSubscriberAfter > l.WriteTimeout && l.WriteTimeout > 0 {
 		f.warn("limits.slow_subscriber_after", "%s is longer than limits.write_timeout (%s): a subscriber is judged slow after %s",
 			l.SlowSubscriberAfter, l.WriteTimeout, l.WriteTimeout)
@@ -184,4 +194,13 @@ func (f *findings) checkValidity(k, file string, c *x509.Certificate, now time.T
 	if now.Before(c.NotBefore) {
 		f.warn(k, "%s: certificate %q is not valid before %s (is the clock right?)", file, subject, day(c.NotBefore))
 	}
+}
+
+// listenerWhere is what a listener is bound to: its address, or a serial
+// listener's device.
+func listenerWhere(l config.Listener) string {
+	if l.Device != "" {
+		return l.Device
+	}
+	return l.Address
 }

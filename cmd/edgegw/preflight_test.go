@@ -300,3 +300,42 @@ func TestPrivilegedPortIsConfigError(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 }
+
+// TestCheckConfigWarnsListenerNobodyCanUse: with allow_anonymous false
+// and no password file only a certificate's CN gets in (docs/config.md),
+// so check-config warns about each listener without
+// tls.use_cn_as_username, plain, serial or mTLS alike: no client can
+// connect to it. The use_cn_as_username listener gets no warning.
+func TestCheckConfigWarnsListenerNobodyCanUse(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	cert, key := writeCert(t, dir, "gw", now.Add(-time.Hour), now.Add(365*24*time.Hour))
+	ca, _ := writeCert(t, dir, "ca", now.Add(-time.Hour), now.Add(365*24*time.Hour))
+	cfg := writeConfig(t, `
+listeners:
+  - name: certs
+    address: 127.0.0.1:0
+    tls: {cert: `+cert+`, key: `+key+`, client_ca: `+ca+`, use_cn_as_username: true}
+  - {name: plain, address: "127.0.0.1:0"}
+  - name: mtls
+    address: 127.0.0.1:0
+    tls: {cert: `+cert+`, key: `+key+`, client_ca: `+ca+`}
+  - {name: uart, type: serial, device: /dev/null}
+metrics: {address: ""}
+auth:
+  allow_anonymous: false
+`)
+	code, _, errOut := call(t, "check-config", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	for i, w := range []string{`listener "plain" on 127.0.0.1:0`, `listener "mtls" on 127.0.0.1:0`, `listener "uart" on /dev/null`} {
+		want := fmt.Sprintf("warning: %s: listeners[%d]: %s: no client can connect to it", cfg, i+1, w)
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if n := strings.Count(errOut, "no client can connect to it"); n != 3 {
+		t.Errorf("%d warnings, want 3 (none for the use_cn_as_username listener):\n%s", n, errOut)
+	}
+}
