@@ -83,9 +83,12 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	// user name, no password) or a password checked against the password
 	// file. A user name nothing can check is a claim anyone can make: with
 	// no password file it would let any client in under any user's name,
-	// on every listener, and take that user's ACL rules.
+	// on every listener, and take that user's ACL rules. On a
+	// use_cn_as_username listener the same holds with allow_anonymous
+	// too: the certificate names the client, and a name in CONNECT that
+	// replaces it needs that user's password (docs/listeners.md).
 	byCert := c.certCN != "" && c.username == c.certCN && !cp.PasswordFlag
-	if !o.AllowAnonymous && !byCert && (o.Authenticator == nil || !o.Authenticator.ChecksPasswords()) {
+	if (!o.AllowAnonymous || c.certCN != "") && !byCert && (o.Authenticator == nil || !o.Authenticator.ChecksPasswords()) {
 		c.srv.stats.authFailures.Add(1)
 		c.logf(slog.LevelInfo, "authentication failed", "user", c.username, "err", "no auth.password_file to check a user name against")
 		return c.refuse(packet.BadUsernameOrPassword, "no auth.password_file: a user name cannot be checked")

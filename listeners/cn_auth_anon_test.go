@@ -1,11 +1,13 @@
 package listeners_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
@@ -16,8 +18,9 @@ import (
 // on a use_cn_as_username listener that sends another user name "needs
 // that user's password", and security.md that it "is checked like any
 // other". With allow_anonymous true (the default) and no password file
-// nothing checks it: a certificate issued to sensor-17 that sends the
-// user name alice gets in as alice and takes alice's ACL rules.
+// nothing could check it: a certificate issued to sensor-17 that sent the
+// user name alice got in as alice and took alice's ACL rules. It is
+// refused (4 / 0x86).
 func TestCNListenerOtherUserAllowAnonymous(t *testing.T) {
 	p := newPKI(t)
 	cert, key, _ := p.issue("server", "gw", 1, true)
@@ -40,7 +43,15 @@ func TestCNListenerOtherUserAllowAnonymous(t *testing.T) {
 		o.SetTLSConfig(p.clientTLS(client)).SetUsername("alice")
 	})
 	if err != nil {
-		return // refused: what the docs say
+		if !errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
+			t.Fatalf("refused with %v, want 4 (bad user name or password)", err)
+		}
+		// Its own CN, or no user name, still gets in.
+		mustPaho(t, mtls, "cert-named", func(o *mqtt.ClientOptions) {
+			o.SetTLSConfig(p.clientTLS(client)).SetUsername("sensor-17")
+		})
+		mustPaho(t, mtls, "cert-only", func(o *mqtt.ClientOptions) { o.SetTLSConfig(p.clientTLS(client)) })
+		return
 	}
 	tok := c.Subscribe("alice/#", 1, nil)
 	waitTok(t, tok, "subscribe")
