@@ -55,3 +55,31 @@ func TestProbeSharedRedeliveredWhenMemberSessionEnds(t *testing.T) {
 		t.Fatalf("member b got %v, want m0 and m1", got)
 	}
 }
+
+// TestProbeWillOnErrorDisconnect: an MQTT 5 client that ends with a
+// DISCONNECT carrying an error reason code (0x80 Unspecified error) has
+// not asked for its will to be dropped: only reason 0x00 deletes the will
+// [MQTT-3.1.2-8], [MQTT-3.14.4-3], and docs/behaviour.md says wills are
+// published "on any close that is not a normal DISCONNECT". On main only
+// 0x04 keeps the will, so every other code drops it like 0x00
+// (python3-paho-mqtt against the binary: wills after DISCONNECT 0x80,
+// 0x83, 0x90 and 0x93 all missing).
+func TestProbeWillOnErrorDisconnect(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	w := rawDial(t, b.addr, packet.V5)
+	w.hook = autoAck
+	w.connect(&packet.Connect{ClientID: "watcher", CleanStart: true, KeepAlive: 60})
+	w.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "will/#", QoS: 1})
+	c, _ := rawConnect(t, b.addr, packet.V5, "dying", true, func(cp *packet.Connect) {
+		cp.Will = &packet.Will{Topic: "will/dying", QoS: 1, Payload: []byte("gone")}
+	})
+	c.send(&packet.Disconnect{ReasonCode: packet.UnspecifiedError})
+	c.expectClose(5 * time.Second)
+	p, err := w.nextErr(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no will after DISCONNECT 0x80: %v ([MQTT-3.1.2-8]: only 0x00 deletes it)", err)
+	}
+	if pp, ok := p.(*packet.Publish); !ok || pp.Topic != "will/dying" {
+		t.Fatalf("got %T %+v, want the will", p, p)
+	}
+}
