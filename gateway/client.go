@@ -146,7 +146,7 @@ func (c *client) serve(ctx context.Context) error {
 	if c.sess != nil {
 		will := c.will
 		if r == CloseClientDisconnect && !c.keepWill {
-			will = nil // discarded on a normal DISCONNECT [MQTT-3.1.2-10]; 0x04 keeps it (set in handleDisconnect)
+			will = nil // discarded on a normal DISCONNECT [MQTT-3.1.2-10]; a v5 one with a reason code other than 0x00 keeps it (handleDisconnect)
 		}
 		if will != nil && c.willExpiry > 0 {
 			w := *will

@@ -21,8 +21,12 @@ func (c *client) handleDisconnect(p *packet.Disconnect) error {
 				return c.protocolError(packet.ProtocolError, "session expiry set on DISCONNECT after 0 on CONNECT") // 5.0 §3.14.2.2.2
 			}
 		}
-		if p.ReasonCode == packet.DisconnectWithWill {
-			c.keepWill = true // v5 DISCONNECT 0x04: publish the will anyway
+		if p.ReasonCode != 0 {
+			// Only a normal DISCONNECT (0x00) discards the will
+			// [MQTT-3.14.4-3]: 0x04 asks for it, and a client that ends
+			// on an error (0x80 and up) is not ending normally
+			// [MQTT-3.1.2-10].
+			c.keepWill = true
 			c.setReason(CloseClientDisconnect)
 			return io.EOF
 		}
