@@ -8,6 +8,10 @@ type queued struct {
 	retain bool     // retain flag as it goes on the wire
 	subIDs []uint32 // v5 subscription identifiers of the matching subscriptions
 	seq    uint64   // its name in the state store; 0 when not stored (persist.go)
+	// share is the shared subscription (group and filter) this copy was
+	// routed by, "" if not only by one: when the session ends before the
+	// client took it, another member gets it (share.go).
+	share string
 }
 
 // deque is a FIFO ring of queued messages. It grows by doubling and shrinks

@@ -62,7 +62,8 @@ func (r *registry) attach(c *client, id string, cleanStart bool, expiry time.Dur
 		endsWithConn := res.oldConn != nil && old.expiry == 0
 		if cleanStart || endsWithConn {
 			old.unpersist()
-			defer releaseWaiters(old.release()) // [MQTT-3.1.2-4], [MQTT-3.1.2-6](3.1.1)
+			defer r.srv.redeliverShared(old.takeSharedLocked()) // share.go; runs before r.mu is unlocked: order r.mu, then sessions
+			defer releaseWaiters(old.release())                 // [MQTT-3.1.2-4], [MQTT-3.1.2-6](3.1.1)
 			old.mu.Unlock()
 			delete(r.sessions, id)
 			old = nil
@@ -132,8 +133,10 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 	// (an offline session gets the plain overflow policy, never flow control).
 	defer releaseWaiters(s.takeWaiters())
 	if s.expiry == 0 || r.closed {
+		var orphans []queued
 		if !r.closed { // at shutdown persistent sessions stay on disk
 			s.unpersist()
+			orphans = s.takeSharedLocked()
 		}
 		s.release()
 		if r.sessions[s.id] == s {
@@ -141,6 +144,7 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 		}
 		s.mu.Unlock()
 		r.mu.Unlock()
+		r.srv.redeliverShared(orphans) // share.go
 		if will != nil {
 			r.srv.publishWill(will)
 		}
@@ -203,10 +207,12 @@ func (r *registry) expire(s *session, gen uint64) {
 	w := s.will
 	s.will = nil
 	s.unpersist()
+	orphans := s.takeSharedLocked()
 	defer releaseWaiters(s.release())
 	delete(r.sessions, s.id)
 	s.mu.Unlock()
 	r.mu.Unlock()
+	r.srv.redeliverShared(orphans) // share.go
 	r.srv.stats.expired.Add(1)
 	if w != nil {
 		r.srv.publishWill(w) // the session ended before the will delay

@@ -27,6 +27,7 @@ type target struct {
 	qos    byte
 	rap    bool
 	subIDs []uint32
+	share  string // the shared subscription it was picked for, "" if also (or only) for others
 }
 
 type routing struct {
@@ -58,6 +59,7 @@ func (r *routing) add(sub subscription) {
 	}
 	if idx >= 0 {
 		t := &r.targets[idx]
+		t.share = "" // one copy for several subscriptions: not one group's to hand on
 		if sub.qos > t.qos {
 			t.qos = sub.qos
 		}
@@ -165,7 +167,11 @@ func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matche
 				continue
 			}
 		}
+		n := len(r.targets)
 		r.add(s.pickShared(k, members))
+		if len(r.targets) > n { // a copy of its own for this group
+			r.targets[n].share = k
+		}
 	}
 	matched = sinks > 0 || len(r.targets) > 0
 	var now time.Time // only a message with an expiry needs the clock
@@ -181,7 +187,7 @@ func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matche
 			continue
 		}
 		qos := min(m.QoS, t.qos)
-		c, w := t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, now, &h)
+		c, w := t.sess.deliver(m, qos, t.rap && m.Retain, t.subIDs, t.share, now, &h)
 		congested = congested || c
 		if w {
 			waitOn = append(waitOn, t.sess)

@@ -115,7 +115,7 @@ func (s *session) charge(n int64) {
 // wait reports that the publisher's acknowledgement should wait for this
 // session (the caller registers it with addWaiter, outside s.mu: opening
 // the publisher's ack slot takes the publisher's locks).
-func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, now time.Time, h *keeper) (congested, wait bool) {
+func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, share string, now time.Time, h *keeper) (congested, wait bool) {
 	if m.expired(now) {
 		s.srv.stats.drop(dropExpired)
 		return false, false
@@ -166,7 +166,7 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, no
 	if subIDs != nil {
 		subIDs = append([]uint32(nil), subIDs...) // the routing buffer is reused
 	}
-	q := queued{msg: m, qos: qos, retain: retain, subIDs: subIDs}
+	q := queued{msg: m, qos: qos, retain: retain, subIDs: subIDs, share: share}
 	s.persistQueued(&q, h)
 	s.queue.push(q)
 	s.charge(sz)

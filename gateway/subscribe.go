@@ -103,7 +103,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 				return
 			}
 			// Retained sends never hold the subscriber itself (no flow control).
-			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, now, nil) // retain flag set: 5.0 §3.3.1.3, [MQTT-3.3.1-8](3.1.1)
+			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, "", now, nil) // retain flag set: 5.0 §3.3.1.3, [MQTT-3.3.1-8](3.1.1)
 		})
 	}
 	c.kick()
