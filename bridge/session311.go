@@ -353,7 +353,7 @@ func (s *uplinkStore) Get(key string) packets.ControlPacket {
 // A broker that answered the connection's CONNACK with session present 0
 // (restarted without persistence, a failover address, a session expired)
 // has none of those flows. Re-sent, a PUBREL would be answered with a
-// PUBCOMP for a message it never had [MQTT-4.3.3-2] (3.1.1) and the
+// PUBCOMP for a message it never had [MQTT-4.3.3-2](3.1.1) and the
 // record would leave the spool undelivered; so, as on a clean session
 // (Reset), the flows are dropped without completing them and the sender
 // sends their records again as new messages: at least once, not exactly
