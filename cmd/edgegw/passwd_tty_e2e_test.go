@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +13,6 @@ import (
 
 	"github.com/edgegw/edgegw/internal/testutil"
 )
-
-// ttyTranscript is what a command wrote to its terminal.
-type ttyTranscript struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (t *ttyTranscript) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.b.Write(p)
-}
-
-func (t *ttyTranscript) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.b.String()
-}
 
 // TestBinaryPasswdOnTerminal: on a terminal, edgegw passwd asks for the
 // password twice without echoing it (docs/install.md), creates a missing
@@ -51,7 +32,7 @@ func TestBinaryPasswdOnTerminal(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tty.Close()
-		var out ttyTranscript
+		var out lockedBuffer // what it wrote to its terminal
 		go func() { _, _ = tty.WriteTo(&out) }()
 		testutil.Eventually(t, 10*time.Second, "the first prompt", func() bool { return strings.Contains(out.String(), "password for alice: ") })
 		tty.WriteString(first + "\n")
