@@ -93,7 +93,7 @@ func collect(w *expo, src Sources) {
 			v(float64(st.SlowConsumers))
 		w.counter("edgegw_auth_failures_total", "Logins refused for a bad user name or password.").
 			v(float64(st.AuthFailures))
-		w.counter("edgegw_messages_not_stored_total", "QoS 1/2 publishes not acknowledged because a bridge spool could not keep them.").
+		w.counter("edgegw_messages_not_stored_total", "QoS 1/2 publishes not acknowledged because they could not be kept (a bridge spool, or the broker state on disk).").
 			v(float64(st.NotStored))
 		if s := st.State; s != nil { // persistence.dir: flash-write accounting
 			w.counter("edgegw_state_bytes_written_total", "Bytes written by the broker state store (records and snapshots).").
