@@ -231,16 +231,21 @@ func (a ackLog) damaged() bool { return a.bad > 0 || a.torn > 0 || a.badHeader }
 // their own CRC, so a bad one is skipped and reading goes on with the next:
 // damage costs only the damaged entries. A header that is not ours is
 // counted as damage and the entries behind it are read anyway; only a
-// header that names another version with our magic is refused.
+// header that names a higher version with our magic, followed by no entry
+// that reads, is refused (a newer format). Version 0 is damage.
 func parseAckLog(b []byte) (ackLog, error) {
 	var a ackLog
+	var newer byte // the version a header with our magic names, if higher than ours
 	switch {
 	case len(b) < ackHeaderSize:
 		a.badHeader = true // an emptied or torn file
 		a.torn = int64(len(b))
 		return a, nil
-	case string(b[:4]) == ackMagic && b[4] != 1 && b[4] != ackVersion && isZero(b[5:8]):
-		return a, fmt.Errorf("%w %d in acks.log", ErrUnknownVersion, b[4])
+	case string(b[:4]) == ackMagic && b[4] > ackVersion && isZero(b[5:8]):
+		// A newer format, or a damaged version byte: the entries decide
+		// (below). Version 0 was never written: damage.
+		newer = b[4]
+		a.badHeader = true
 	case string(b[:4]) != ackMagic || (b[4] != 1 && b[4] != ackVersion) || !isZero(b[5:8]):
 		a.badHeader = true
 	default:
@@ -270,6 +275,10 @@ func parseAckLog(b []byte) (ackLog, error) {
 		}
 		a.good++
 		rs = append(rs, rg)
+	}
+	if newer != 0 && a.good == 0 {
+		// Nothing reads as our format behind a header naming a newer one.
+		return ackLog{}, fmt.Errorf("%w %d in acks.log", ErrUnknownVersion, newer)
 	}
 	a.torn = int64(len(b) - off)
 	a.counts = countRanges(rs)

@@ -212,15 +212,18 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 	}
 	r := &segReader{f: f, size: fi.Size()}
 	var res loadResult
+	var newer byte // the version a header with our magic names, if higher than ours
 	hdr, herr := r.at(0, segHeaderSize)
 	switch {
 	case herr == io.ErrUnexpectedEOF:
 		res.badHeader = true // torn while being created, or emptied
 	case herr != nil:
 		res.ioErr = herr
-	case string(hdr[:4]) == segMagic && hdr[4] != 1 && hdr[4] != segVersion && isZero(hdr[5:8]):
-		f.Close()
-		return loadResult{}, fmt.Errorf("%w %d", ErrUnknownVersion, hdr[4])
+	case string(hdr[:4]) == segMagic && hdr[4] > segVersion && isZero(hdr[5:8]):
+		// A newer format, or a damaged version byte: the records decide
+		// (below). Version 0 was never written: damage.
+		newer = hdr[4]
+		res.badHeader = true
 	case string(hdr[:4]) != segMagic || (hdr[4] != 1 && hdr[4] != segVersion) || !isZero(hdr[5:8]) ||
 		ID(binary.LittleEndian.Uint64(hdr[8:])) != base:
 		res.badHeader = true
@@ -264,6 +267,12 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 		off += n
 	}
 
+	if good == 0 && newer != 0 && res.ioErr == nil {
+		// Nothing reads as our format behind a header naming a newer one:
+		// a newer edgegw's file. Not guessed at, not touched.
+		f.Close()
+		return loadResult{}, fmt.Errorf("%w %d", ErrUnknownVersion, newer)
+	}
 	if good == 0 && (res.badHeader || res.ioErr != nil) {
 		// Not ours, or nothing readable in it.
 		f.Close()

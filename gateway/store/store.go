@@ -171,41 +171,9 @@ func (s *Store) load() error {
 		s.quarantine(path)
 		b = nil
 	}
-	compact := false
-	switch {
-	case b == nil:
-		compact = true // a new file
-	case len(b) < headerSize || string(b[:4]) != fileMagic || b[4] != formatVersion:
-		why := "not a state file"
-		if len(b) >= headerSize && string(b[:4]) == fileMagic {
-			why = fmt.Sprintf("format version %d (this edgegw reads %d)", b[4], formatVersion)
-		}
-		if len(b) < headerSize && len(b) > 0 && string(b) == fileMagic[:min(len(b), 4)] {
-			why = "truncated header"
-		}
-		s.quarantinedLog(path, why, len(b))
-		compact = true
-	default:
-		res := scan(b[headerSize:], func(r rec) { s.md.apply(&r) })
-		s.skippedRecords = int64(res.badRecords)
-		s.skippedBytes = res.skipped + res.tail
-		if res.tail > 0 {
-			s.skippedRecords++
-		}
-		switch {
-		case res.skipped > 0 || res.badRecords > 0:
-			// Damage inside the file: keep the original for inspection,
-			// continue with every record that could be read.
-			s.log.Error("state file damaged; skipped the damaged records, kept the rest; original moved aside",
-				"skipped_records", s.skippedRecords, "skipped_bytes", s.skippedBytes, "records", res.records)
-			s.quarantine(path)
-			compact = true
-		case res.tail > 0:
-			s.log.Warn("state file ends in a torn record (power cut?); dropped it",
-				"bytes", res.tail, "records", res.records)
-			compact = true
-		}
-		s.fileSize = int64(headerSize) + res.lastGoodEnd + res.tail
+	compact := true // a new file
+	if b != nil {
+		compact = s.loadRecords(path, b)
 	}
 	if compact || s.fileSize > max(s.opts.CompactMin, int64(s.opts.CompactRatio)*s.md.live) {
 		if err := s.compact(s.md.snapshot()); err == nil {
@@ -223,6 +191,95 @@ func (s *Store) load() error {
 		return fmt.Errorf("state store: %w", err)
 	}
 	s.file = f
+	return nil
+}
+
+// loadRecords applies the records of the file content b to the model and
+// reports whether the file must be rewritten. A header that does not read
+// (a flipped byte, a zeroed first flash page) is damage, not a reason to
+// drop the file: every record has its own length and CRC, and the header
+// has a fixed size, so the records are read all the same. Only when none
+// of them validates is the file taken as not ours (or, if its header names
+// a higher version, as a newer format's), moved aside, and the broker
+// starts empty. Version 0 is never a newer format.
+func (s *Store) loadRecords(path string, b []byte) (compact bool) {
+	why := headerProblem(b)
+	if len(b) < headerSize {
+		// No record fits: an emptied or torn file, or not ours.
+		s.quarantinedLog(path, why, len(b))
+		return true
+	}
+	res := scan(b[headerSize:], func(r rec) { s.md.apply(&r) })
+	if why != "" && res.records == 0 {
+		s.quarantinedLog(path, why, len(b))
+		return true
+	}
+	s.skippedRecords = int64(res.badRecords)
+	s.skippedBytes = res.skipped + res.tail
+	if res.tail > 0 {
+		s.skippedRecords++
+	}
+	s.fileSize = int64(headerSize) + res.lastGoodEnd + res.tail
+	switch {
+	case res.skipped > 0 || res.badRecords > 0:
+		// Damage inside the file: keep the original for inspection,
+		// continue with every record that could be read.
+		s.log.Error("state file damaged; skipped the damaged records, kept the rest; original moved aside",
+			"skipped_records", s.skippedRecords, "skipped_bytes", s.skippedBytes, "records", res.records,
+			"damaged_header", why)
+		s.quarantine(path)
+		return true
+	case why != "":
+		// Only the header: rewrite it in place (needs no free space).
+		s.log.Warn("state file header damaged; records intact, header rewritten",
+			"reason", why, "header", fmt.Sprintf("%x", b[:headerSize]), "records", res.records,
+			"torn_bytes", res.tail)
+		if err := rewriteHeader(path); err != nil {
+			s.log.Error("state file header could not be rewritten; rewriting the file", "err", err)
+			return true
+		}
+		return res.tail > 0
+	case res.tail > 0:
+		s.log.Warn("state file ends in a torn record (power cut?); dropped it",
+			"bytes", res.tail, "records", res.records)
+		return true
+	}
+	return false
+}
+
+// headerProblem says what is wrong with the header at the start of b, or
+// "" if it is ours.
+func headerProblem(b []byte) string {
+	switch {
+	case len(b) < headerSize && len(b) > 0 && string(b) == fileMagic[:min(len(b), 4)]:
+		return "truncated header"
+	case len(b) < headerSize || string(b[:4]) != fileMagic:
+		return "not a state file"
+	case b[4] > formatVersion:
+		return fmt.Sprintf("newer format version %d (this edgegw reads %d)", b[4], formatVersion)
+	case b[4] != formatVersion:
+		return fmt.Sprintf("damaged header: format version %d", b[4])
+	}
+	return ""
+}
+
+// rewriteHeader writes a good header over the first bytes of the file at
+// path and fsyncs it.
+func rewriteHeader(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("rewrite header: %w", err)
+	}
+	_, err = f.WriteAt(fileHeader(), 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("rewrite header: %w", err)
+	}
 	return nil
 }
 
