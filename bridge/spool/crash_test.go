@@ -173,6 +173,10 @@ func TestCorruptAckLog(t *testing.T) {
 	}
 }
 
+// TestUnknownVersionRefused: a higher version with no record that reads
+// under this one is refused (TestSegmentNewerVersionRefusedUntouched
+// checks the bytes); with records that read it is a damaged header
+// (TestSegmentHeaderDamageLosesNoMessage).
 func TestUnknownVersionRefused(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, Options{Dir: dir})
@@ -181,6 +185,7 @@ func TestUnknownVersionRefused(t *testing.T) {
 	path := lastSegment(t, dir)
 	b, _ := os.ReadFile(path)
 	b[4] = segVersion + 1
+	b[len(b)-1] ^= 0xff // the only record: not of this format
 	os.WriteFile(path, b, 0o600)
 	if s, err := Open(Options{Dir: dir}); err == nil {
 		s.Close()

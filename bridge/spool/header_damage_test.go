@@ -1,0 +1,152 @@
+package spool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// A segment header holds no message: each of its 16 bytes damaged in turn
+// (several values; version 0, never written, and a higher version among
+// them) costs no message. The header is rewritten in place with a WARN and
+// the next Open finds nothing wrong.
+func TestSegmentHeaderDamageLosesNoMessage(t *testing.T) {
+	const n = 30
+	src := t.TempDir()
+	s := openT(t, Options{Dir: src})
+	appendN(t, s, 1, n)
+	s.Close()
+	seg := lastSegment(t, src)
+	orig, _ := os.ReadFile(seg)
+	for off := range segHeaderSize {
+		for _, v := range []byte{orig[off] ^ 0x5a, orig[off] ^ 0xff, 0, segVersion + 1} {
+			if v == orig[off] {
+				continue
+			}
+			t.Run(fmt.Sprintf("byte%d=%#x", off, v), func(t *testing.T) {
+				dir := copyDir(t, src)
+				path := filepath.Join(dir, filepath.Base(seg))
+				b := append([]byte(nil), orig...)
+				b[off] = v
+				os.WriteFile(path, b, 0o600)
+				s, lb := openLog(t, Options{Dir: dir, Sync: SyncNone})
+				es := all(t, s)
+				st := s.Stats()
+				s.Close()
+				checkEntries(t, es, idRange(1, n))
+				if st.Skipped != 0 || st.Quarantined != 0 || lb.line("WARN", "damaged segment header rewritten", path) == "" {
+					t.Fatalf("stats %+v; log:\n%s", st, lb)
+				}
+				if got, _ := os.ReadFile(path); !bytes.Equal(got[:segHeaderSize], segHeader(1)) {
+					t.Fatalf("header %x, want %x", got[:segHeaderSize], segHeader(1))
+				}
+				s, lb = openLog(t, Options{Dir: dir, Sync: SyncNone})
+				es = all(t, s)
+				s.Close()
+				if len(es) != n || lb.line("WARN") != "" || lb.line("ERROR") != "" {
+					t.Fatalf("second open: %d entries; log:\n%s", len(es), lb)
+				}
+			})
+		}
+	}
+}
+
+// A zeroed first flash page of a segment costs exactly the messages whose
+// records start in it; every later one is served.
+func TestSegmentZeroedFirstPageLosesOnlyItsMessages(t *testing.T) {
+	const n, page = 300, 4096
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	appendN(t, s, 1, n)
+	s.Close()
+	seg := lastSegment(t, dir)
+	b, _ := os.ReadFile(seg)
+	if len(b) < 2*page {
+		t.Fatalf("segment of %d bytes", len(b))
+	}
+	var want []ID
+	for id := ID(1); id <= n; id++ {
+		if off, _ := recordOffset(t, seg, 1, id); off >= page {
+			want = append(want, id)
+		}
+	}
+	clear(b[:page])
+	os.WriteFile(seg, b, 0o600)
+	s, lb := openLog(t, Options{Dir: dir})
+	es := all(t, s)
+	st := s.Stats()
+	s.Close()
+	t.Logf("%d messages, %d start after the zeroed page: %d served", n, len(want), len(es))
+	checkEntries(t, es, want)
+	if st.Skipped != int64(n-len(want)) || lb.line("WARN", "damaged segment header rewritten") == "" {
+		t.Fatalf("stats %+v; log:\n%s", st, lb)
+	}
+}
+
+// A segment whose header names a higher version and in which no record
+// reads under this version is a newer edgegw's: Open refuses it with
+// ErrUnknownVersion and leaves it byte for byte as it was.
+func TestSegmentNewerVersionRefusedUntouched(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	appendN(t, s, 1, 10)
+	s.Close()
+	seg := lastSegment(t, dir)
+	b, _ := os.ReadFile(seg)
+	b[4] = segVersion + 1
+	for i := segHeaderSize; i < len(b); i++ {
+		b[i] ^= 0xa5 // records of another format: none validates
+	}
+	os.WriteFile(seg, b, 0o600)
+	if s, err := Open(Options{Dir: dir}); err == nil {
+		s.Close()
+		t.Fatal("Open accepted a newer format version")
+	} else if !errors.Is(err, ErrUnknownVersion) {
+		t.Fatalf("err = %v", err)
+	}
+	if got, err := os.ReadFile(seg); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("the newer segment was changed: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.quarantine*")); len(m) != 0 {
+		t.Fatalf("moved aside: %v", m)
+	}
+}
+
+// acks.log: each header byte damaged in turn (version 0 and a higher one
+// among the values) costs no entry: every acked message stays acked.
+func TestAckLogHeaderDamageLosesNoEntry(t *testing.T) {
+	src := ackSetup(t)
+	orig, _ := os.ReadFile(filepath.Join(src, ackFileName))
+	for off := range ackHeaderSize {
+		for _, v := range []byte{orig[off] ^ 0x5a, 0, ackVersion + 1} {
+			if v == orig[off] {
+				continue
+			}
+			dir := copyDir(t, src)
+			b := append([]byte(nil), orig...)
+			b[off] = v
+			os.WriteFile(filepath.Join(dir, ackFileName), b, 0o600)
+			s, lb := openLog(t, Options{Dir: dir, Sync: SyncNone})
+			es := all(t, s)
+			s.Close()
+			if len(es) != 1 || lb.line("WARN", "acks.log damaged", "bad_header=true", "bad_entries=0") == "" {
+				t.Fatalf("byte %d = %#x: %d entries, log:\n%s", off, v, len(es), lb)
+			}
+		}
+	}
+	t.Run("zeroed header", func(t *testing.T) {
+		dir := copyDir(t, src)
+		b := append([]byte(nil), orig...)
+		clear(b[:ackHeaderSize])
+		os.WriteFile(filepath.Join(dir, ackFileName), b, 0o600)
+		s, _ := openLog(t, Options{Dir: dir, Sync: SyncNone})
+		es := all(t, s)
+		s.Close()
+		if len(es) != 1 {
+			t.Fatalf("%d entries", len(es))
+		}
+	})
+}
