@@ -61,10 +61,12 @@
 // spool refuses version 2 as unknown). The ids file was added without
 // changing the other two, and a spool without it (written before it
 // existed) opens as before and gets one (TestReadsMainFormat). A header
-// with our magic, zero reserved bytes and another version makes Open fail
-// with ErrUnknownVersion and touch nothing: a newer format is not guessed
-// at. (A damaged version byte looks the same; the caller reports it and the
-// rest of the gateway runs.)
+// that does not read is damage, and the records behind it decide: if any
+// validates under this format, the header is rewritten and nothing else is
+// lost (a flipped version byte, version 0 which nothing wrote). Only a
+// header with our magic, zero reserved bytes and a higher version, with no
+// record behind it that reads, makes Open fail with ErrUnknownVersion and
+// touch nothing: a newer format is not guessed at.
 //
 // # Durability contract
 //

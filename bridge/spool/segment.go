@@ -196,7 +196,8 @@ func (r *segReader) resync(bad int64, want, limit ID) (p, n int64, id ID, err er
 // caller counts them and writes them to acks.log as dropped). Records after
 // the last valid one (a torn or corrupt tail), and at or after limit (the
 // next segment's first ID), are truncated away. A damaged header is
-// rewritten if records follow it. A file with no valid record is removed if
+// rewritten if records follow it; one naming a higher version with no
+// valid record behind it is a newer format: ErrUnknownVersion, untouched. A file with no valid record is removed if
 // it holds nothing but zeros (emptied, or torn while being created) and
 // quarantined (renamed, kept for inspection) otherwise. removed marks the
 // IDs acks.log says are gone.

@@ -13,16 +13,16 @@ import (
 	"time"
 )
 
-// TestProbeStateHeaderDamageLosesOnlyTheDamage: the 8-byte header of
+// TestBinaryStateHeaderDamageLosesOnlyTheDamage: the 8-byte header of
 // state.log holds no record, so damage there must cost no retained
 // message or session (docs/behaviour.md, "Damage": "A damaged record (a
 // flipped byte, a zeroed flash page) is skipped ... only the damaged
 // records are lost"; HELPERS.md: "Lose at most the damage"). Found by a
-// state probe: one flipped magic byte, or a zeroed first flash page, makes
+// state probe: one flipped magic byte, or a zeroed first flash page, made
 // the store take the whole file as "not a state file", move it aside and
-// start with an empty state: every retained message and session is gone
-// though every record in the file is intact.
-func TestProbeStateHeaderDamageLosesOnlyTheDamage(t *testing.T) {
+// start with an empty state, though every record in the file was intact.
+// The records behind the header now decide (gateway/store loadRecords).
+func TestBinaryStateHeaderDamageLosesOnlyTheDamage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -65,16 +65,18 @@ func TestProbeStateHeaderDamageLosesOnlyTheDamage(t *testing.T) {
 	}
 }
 
-// TestProbeSpoolVersionByteZeroLosesOnlyTheDamage: a segment header whose
+// TestBinarySpoolVersionByteZeroLosesOnlyTheDamage: a segment header whose
 // version byte reads 0 (one flipped bit of version 2; no edgegw ever wrote
 // version 0, so it is damage, not a newer format) costs no message: the
 // header holds none (docs/bridge.md, "Damaged or full storage": "Damage
 // costs the damaged messages and no more; the spool repairs what it finds
 // when it opens, logs it and carries on"; a damaged magic is rewritten).
-// Found by a state probe: the spool refuses to open ("unknown format
-// version 0"), the bridge is failed for good, none of the 20 spooled
-// messages goes upstream and every new one for it is refused.
-func TestProbeSpoolVersionByteZeroLosesOnlyTheDamage(t *testing.T) {
+// Found by a state probe: the spool refused to open ("unknown format
+// version 0"), the bridge failed for good, none of the 20 spooled
+// messages went upstream and every new one for it was refused. Only a
+// higher version with no readable record behind it is refused now
+// (bridge/spool loadSegment, parseAckLog).
+func TestBinarySpoolVersionByteZeroLosesOnlyTheDamage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

@@ -59,9 +59,12 @@
 // it touches, not the rest. A torn tail (a power cut during a write) is
 // dropped with a WARN. Damage inside the file is logged at ERROR, the
 // original is kept as state.log.corrupt-<unix ns> and the state that could
-// be read is written as a fresh snapshot. A file that is not a state log,
-// or one of an unknown (newer) format version, is moved aside the same way
-// and the broker starts with an empty state: Open never fails because of
+// be read is written as a fresh snapshot. The header (fixed size) holds
+// no record: a damaged one is rewritten in place with a WARN when records
+// behind it validate. Only a file in which no record reads is taken as not
+// a state log (or, if its header names a higher version, as a newer
+// format's): it is moved aside the same way and the broker starts with an
+// empty state: Open never fails because of
 // the file's content. It fails only when the directory cannot be used
 // (created, locked, written); cmd/edgegw then runs the broker with its
 // state in memory and logs at ERROR.
