@@ -13,6 +13,29 @@ type backoff struct{ min, max, cur time.Duration }
 
 func (bo *backoff) reset() { bo.cur = 0 }
 
+// healthyUplink is how long a connection must stay up to count as healthy
+// when it delivered nothing (see lost).
+const healthyUplink = 10 * time.Second
+
+// lost is told that a connection which lasted up and acknowledged acked
+// messages has ended; it resets the backoff only if the connection was
+// healthy: it delivered a message, or stayed up healthyUplink. A CONNACK
+// alone proves little: a broker that closes the connection right after
+// it, every time (a PUBLISH over its packet size limit, which the bridge
+// sends first on every connection; another client taking over the same
+// client id; a policy that disconnects on the first publish), would be
+// reconnected to at reconnect_min for ever, about 10 times a second with
+// a 100 ms reconnect_min, each time re-sending what was in flight.
+// Delivering a message is progress, so a flaky link that still moves the
+// spool reconnects at once; 10 s is longer than any such broker's reaction
+// and shorter than an idle NAT's timeout, so an idle uplink cut now and
+// then still reconnects at reconnect_min.
+func (bo *backoff) lost(up time.Duration, acked uint64) {
+	if acked > 0 || up >= healthyUplink {
+		bo.reset()
+	}
+}
+
 // next returns a wait in [cur/2, cur] (at least min), doubling cur up to
 // max each call.
 func (bo *backoff) next() time.Duration {
@@ -27,7 +50,8 @@ func (bo *backoff) next() time.Duration {
 
 // loop is the owner goroutine's reconnect loop: each round tries the
 // addresses in order, serves the first that connects until it is lost,
-// then waits a jittered backoff (reset after every successful connection).
+// then waits a jittered backoff (reset after a healthy connection: see
+// backoff.lost).
 func (b *Bridge) loop(ctx context.Context) {
 	bo := backoff{min: b.cfg.ReconnectMin, max: b.cfg.ReconnectMax}
 	for ctx.Err() == nil {
@@ -44,9 +68,10 @@ func (b *Bridge) loop(ctx context.Context) {
 				b.connectFailed(u, err)
 				continue
 			}
-			bo.reset()
-			b.failLog.connected(b.log, time.Now())
+			start, acked := time.Now(), b.acked.Load()
+			b.failLog.connected(b.log, start)
 			serve(ctx)
+			bo.lost(time.Since(start), b.acked.Load()-acked)
 			break
 		}
 		t := time.NewTimer(bo.next())
