@@ -113,6 +113,16 @@ type Config struct {
 	// not used) and its refusals are seen (uplink5.go).
 	Protocol string
 
+	// MaxPacketSize is the largest MQTT packet the cloud broker takes, in
+	// bytes, fixed header included (0: no limit known). A message whose
+	// PUBLISH would be larger is dropped by the sender, counted as 0x95
+	// packet too large, never sent: over MQTT 3.1.1 a broker cannot refuse
+	// one message, it closes the connection (mosquitto's max_packet_size),
+	// and the bridge would send the same message first on every reconnect.
+	// Over MQTT 5 the smaller of this and the CONNACK's Maximum Packet Size
+	// applies.
+	MaxPacketSize int
+
 	TLS TLSConfig
 
 	SpoolDir          string        // durable spool directory; "" = a temporary, non-durable one
@@ -136,6 +146,14 @@ const (
 	DefaultMaxInflightQoS2 = 20
 	DefaultReconnectMin    = time.Second
 	DefaultReconnectMax    = 60 * time.Second
+	// MaxPacketSizeMQTT is the largest MQTT packet there is: a remaining
+	// length of 268,435,455 (four bytes of variable byte integer) after a
+	// fixed header of 5 bytes.
+	MaxPacketSizeMQTT = 268435455 + 5
+	// MinMaxPacketSize is the smallest MaxPacketSize taken: a limit below
+	// it would drop nearly every message, and is more likely a size
+	// missing its unit than a broker's limit.
+	MinMaxPacketSize = 64
 )
 
 func (c *Config) setDefaults() {
@@ -267,6 +285,9 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.MaxInflightQoS2 < 1 || c.MaxInflightQoS2 > 65535 {
 		bad("max_inflight_qos2", "%d: must be 1..65535", c.MaxInflightQoS2)
+	}
+	if c.MaxPacketSize != 0 && (c.MaxPacketSize < MinMaxPacketSize || c.MaxPacketSize > MaxPacketSizeMQTT) {
+		bad("max_packet_size", "%d: must be 0 (no limit) or %d..%d bytes", c.MaxPacketSize, MinMaxPacketSize, MaxPacketSizeMQTT)
 	}
 	if c.SpoolMaxBytes < 0 {
 		bad("spool.max_bytes", "must not be negative")

@@ -17,9 +17,10 @@ package bridge
 //     no connection's goroutine reads them.
 //
 // Everything else (the spool's settings, write_timeout, ack_timeout,
-// max_inflight, max_inflight_qos2, reconnect_min/max) is read by running
-// goroutines or fixed by the open spool: Reload names those keys as
-// needing a restart and keeps their running values.
+// max_inflight, max_inflight_qos2, reconnect_min/max, max_packet_size: the
+// sender reads it for every message) is read by running goroutines or
+// fixed by the open spool: Reload names those keys as needing a restart
+// and keeps their running values.
 
 import (
 	"bytes"
@@ -105,6 +106,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		{"rate_limit", cfg.RateLimit != b.cfg.RateLimit},
 		{"budget", cfg.BudgetBytes != b.cfg.BudgetBytes || cfg.BudgetPeriod != b.cfg.BudgetPeriod},
 		{"protocol", cfg.Protocol != b.cfg.Protocol},
+		{"max_packet_size", cfg.MaxPacketSize != b.cfg.MaxPacketSize},
 	}
 	for _, k := range restart {
 		if k.changed {

@@ -58,6 +58,12 @@ func TestReloadClassifiesKeys(t *testing.T) {
 	if r := reload(c); !slices.Equal(r.Restart, []string{"spool", "write_timeout", "max_inflight"}) {
 		t.Errorf("restart keys on a second reload: %+v", r)
 	}
+	// max_packet_size is read by the sender for every message: a restart.
+	mp := c
+	mp.MaxPacketSize = 1 << 10
+	if r := reload(mp); r.Reconnect != nil || !slices.Equal(r.Restart, []string{"spool", "write_timeout", "max_inflight", "max_packet_size"}) {
+		t.Errorf("max_packet_size: %+v", r)
+	}
 
 	bad := c
 	bad.Topics = []bridge.Rule{{Pattern: "a/#", Direction: "sideways"}}

@@ -84,6 +84,8 @@ func TestValidate(t *testing.T) {
 		{"name", func(c *Config) { c.Name = "a/b" }, []string{"name"}},
 		{"inflight", func(c *Config) { c.MaxInflight = -1 }, []string{"max_inflight"}},
 		{"inflight qos2", func(c *Config) { c.MaxInflightQoS2 = 70000 }, []string{"max_inflight_qos2"}},
+		{"max packet size", func(c *Config) { c.MaxPacketSize = 10 }, []string{"max_packet_size"}},
+		{"max packet size above MQTT's", func(c *Config) { c.MaxPacketSize = MaxPacketSizeMQTT + 1 }, []string{"max_packet_size"}},
 		{"backoff", func(c *Config) { c.ReconnectMin, c.ReconnectMax = time.Minute, time.Second }, []string{"reconnect_max"}},
 		{"sync", func(c *Config) { c.SpoolSync = "sometimes" }, []string{"spool.sync"}},
 		{"tls files", func(c *Config) { c.TLS.CA = "/nonexistent/ca.pem" }, []string{"tls"}},

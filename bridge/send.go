@@ -47,8 +47,12 @@ type protocol interface {
 	// room returns the size and the QoS of resumed flow f (a QoS 2 flow
 	// may be at its PUBREL by now).
 	room(f inflight) (size int, qos byte)
-	// refuse returns the reason code the broker would refuse m with (0:
-	// none): such a message is dropped, never sent.
+	// packetSize returns the size of m's PUBLISH on this protocol's wire,
+	// exactly (packetsize.go).
+	packetSize(m spool.Message) int
+	// refuse returns the reason code the broker would refuse m, a PUBLISH
+	// of size bytes (packetSize), with (0: none): such a message is
+	// dropped, never sent.
 	refuse(m spool.Message, size int) byte
 	// claim takes record f.id's packet id for a QoS 1/2 publish m of size
 	// bytes, waiting while a record 65535 older holds it; false: ctx ended.
@@ -99,12 +103,13 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending *flowQueue, 
 			}
 			return
 		}
-		size := publishSize(m.Topic, len(m.Payload))
-		if rc := p.refuse(m, size); rc != 0 {
+		wire := p.packetSize(m)
+		if rc := p.refuse(m, wire); rc != 0 {
 			b.dropRefused(id, rc)
 			s.pick.done(id)
 			continue
 		}
+		size := publishSize(m.Topic, len(m.Payload)) // the window's measure
 		st, ok := win.acquire(ctx, size, s.pick.quotaQoS(m.QoS))
 		if !ok {
 			return

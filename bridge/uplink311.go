@@ -84,9 +84,22 @@ func (s *uplink311) room(f inflight) (int, byte) {
 	return s.b.store.wireSize(f.out), qos
 }
 
-// refuse is never: a 3.1.1 CONNACK announces no limits, and a refusal
-// is invisible (protocol).
-func (s *uplink311) refuse(spool.Message, int) byte { return 0 }
+// packetSize is m's PUBLISH on this wire, exactly (protocol).
+func (s *uplink311) packetSize(m spool.Message) int { return publishSize311(m) }
+
+// refuse returns 0x95 packet too large for a message whose PUBLISH of
+// size bytes would exceed max_packet_size, else 0 (protocol): a 3.1.1
+// CONNACK announces no limit and a broker cannot refuse one message, it
+// closes the connection (mosquitto's max_packet_size; AWS IoT's 128 KiB),
+// and the bridge would send the same message first on every reconnect
+// while everything behind it waits. So only the configured limit is
+// known; without it such a message blocks the uplink.
+func (s *uplink311) refuse(_ spool.Message, size int) byte {
+	if limit := s.b.cfg.MaxPacketSize; limit > 0 && size > limit {
+		return rcPacketTooLarge
+	}
+	return 0
+}
 
 // claim announces record f.id to the store under a free wire id
 // (protocol): a QoS 2 publish waits while a record 65535 apart holds its

@@ -132,14 +132,22 @@ func (s *uplink5) resumed() []inflight {
 // room returns a resumed flow's size and QoS (protocol).
 func (s *uplink5) room(f inflight) (int, byte) { return f.f.size, f.f.qos }
 
-// refuse returns the reason code a broker would refuse m with, from what
-// its CONNACK announced, or 0 (protocol): such a message is never sent (a
-// client must not send it: [MQTT-3.2.2-15] size, [MQTT-3.2.2-11] QoS,
-// [MQTT-3.2.2-14] retain; the broker would close the connection), it is
-// dropped and counted.
+// packetSize is m's PUBLISH on this wire, exactly (protocol).
+func (s *uplink5) packetSize(m spool.Message) int { return publishSize5(m) }
+
+// refuse returns the reason code a broker would refuse m (a PUBLISH of
+// size bytes) with, from what its CONNACK announced and max_packet_size
+// (the smaller limit applies), or 0 (protocol): such a message is never
+// sent (a client must not send it: [MQTT-3.2.2-15] size, [MQTT-3.2.2-11]
+// QoS, [MQTT-3.2.2-14] retain; the broker would close the connection), it
+// is dropped and counted.
 func (s *uplink5) refuse(m spool.Message, size int) byte {
+	limit := s.maxPacket
+	if c := s.b.cfg.MaxPacketSize; c > 0 && (limit == 0 || c < limit) {
+		limit = c
+	}
 	switch {
-	case s.maxPacket > 0 && size > s.maxPacket:
+	case limit > 0 && size > limit:
 		return rcPacketTooLarge
 	case m.QoS > s.maxQoS:
 		return rcQoSNotSupported

@@ -405,7 +405,7 @@ func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 		TLS: bridge.TLSConfig{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key, ServerName: b.TLS.ServerName,
 			InsecureSkipVerify: b.TLS.InsecureSkipVerify},
 		SpoolMaxBytes: b.Spool.MaxBytes, SpoolSync: p.Sync, SpoolSyncInterval: p.SyncInterval,
-		Drain: b.Drain, RateLimit: b.RateLimit,
+		Drain: b.Drain, RateLimit: b.RateLimit, MaxPacketSize: int(b.MaxPacketSize),
 	}
 	bc.BacklogShare, _ = config.ParsePercent(b.BacklogShare) // validated
 	if b.Budget != "" {

@@ -257,6 +257,11 @@ type Bridge struct {
 	// which only high-priority rules are sent until the next period.
 	RateLimit int64  `mapstructure:"rate_limit"`
 	Budget    string `mapstructure:"budget"`
+	// MaxPacketSize is the largest MQTT packet the cloud broker takes
+	// (0: no limit known): a message whose PUBLISH would be larger is
+	// dropped as packet too large instead of sent; over MQTT 5 the smaller
+	// of it and the broker's announced Maximum Packet Size applies.
+	MaxPacketSize int64 `mapstructure:"max_packet_size"`
 
 	TLS    BridgeTLS     `mapstructure:"tls"`
 	Spool  Spool         `mapstructure:"spool"`

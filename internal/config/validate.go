@@ -18,13 +18,19 @@ const (
 	maxKeepalive      = 65535 * time.Second      // keepalive is a uint16 of seconds
 	maxSessionExpiry  = 4294967295 * time.Second // v5 session expiry is a uint32 of seconds
 	maxInflightMQTT   = 65535                    // receive maximum / packet ids are uint16
-	maxTopicLen       = 65535                    // UTF-8 string length prefix is uint16
-	maxBaud           = 4000000                  // beyond what any UART here does
-	minDuration       = time.Millisecond         // smaller timeouts are typos (10 = 10ns)
-	bridgeNameChars   = "A-Z a-z 0-9 and - _ ."  // for the error message
-	listenerAddrHint  = "want host:port, e.g. 0.0.0.0:1883, 127.0.0.1:1883 or :1883"
-	bridgeAddrHint    = "want scheme://host:port with scheme tcp, tls, ssl, ws or wss"
-	durationUnitsHint = "use a unit, e.g. 10s"
+	// minBridgePacketSize is the smallest bridges[].max_packet_size taken
+	// (bridge.MinMaxPacketSize): a smaller limit would drop nearly every
+	// message and is more likely a size missing its unit. The largest is
+	// the largest packet: maxPacketSizeMQTT of remaining length after a
+	// 5-byte fixed header (bridge.MaxPacketSizeMQTT).
+	minBridgePacketSize = 64
+	maxTopicLen         = 65535                   // UTF-8 string length prefix is uint16
+	maxBaud             = 4000000                 // beyond what any UART here does
+	minDuration         = time.Millisecond        // smaller timeouts are typos (10 = 10ns)
+	bridgeNameChars     = "A-Z a-z 0-9 and - _ ." // for the error message
+	listenerAddrHint    = "want host:port, e.g. 0.0.0.0:1883, 127.0.0.1:1883 or :1883"
+	bridgeAddrHint      = "want scheme://host:port with scheme tcp, tls, ssl, ws or wss"
+	durationUnitsHint   = "use a unit, e.g. 10s"
 )
 
 // Validate checks c and returns every problem found as Errors (nil when c is
@@ -371,6 +377,10 @@ func (c Config) validateBridges(es *Errors) {
 		}
 		if b.RateLimit < 0 {
 			es.add(k+".rate_limit", "must not be negative (got %d)", b.RateLimit)
+		}
+		if b.MaxPacketSize != 0 && (b.MaxPacketSize < minBridgePacketSize || b.MaxPacketSize > maxPacketSizeMQTT+5) {
+			es.add(k+".max_packet_size", "must be 0 (no limit) or in %d..%d bytes, the cloud broker's limit (got %d)",
+				minBridgePacketSize, maxPacketSizeMQTT+5, b.MaxPacketSize)
 		}
 		if b.Budget != "" {
 			if _, _, err := ParseBudget(b.Budget); err != nil {

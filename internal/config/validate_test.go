@@ -371,3 +371,42 @@ func TestLaneKeys(t *testing.T) {
 		t.Errorf("ParsePercent(25%%) = %v, %v", v, err)
 	}
 }
+
+// TestBridgeMaxPacketSize: bridges[].max_packet_size takes a size (units
+// included), 0 (the default) is no limit, and a value outside 64 bytes to
+// the largest MQTT packet (256 MiB - 1 of remaining length + 5) is an
+// error naming the key.
+func TestBridgeMaxPacketSize(t *testing.T) {
+	p := writeFile(t, `
+bridges:
+  - name: cloud
+    addresses: ["tcp://127.0.0.1:1883"]
+    client_id: edge
+    max_packet_size: 128KiB
+    topics: [{pattern: "sensors/#"}]
+  - name: other
+    addresses: ["tcp://127.0.0.1:1883"]
+    client_id: edge2
+    topics: [{pattern: "sensors/#"}]
+`)
+	c, err := Load(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Bridges[0].MaxPacketSize != 128<<10 || c.Bridges[1].MaxPacketSize != 0 {
+		t.Fatalf("max_packet_size %d and %d (default); want 131072 and 0", c.Bridges[0].MaxPacketSize, c.Bridges[1].MaxPacketSize)
+	}
+	for _, tc := range []struct {
+		v  int64
+		ok bool
+	}{{0, true}, {63, false}, {64, true}, {268435460, true}, {268435461, false}, {-1, false}} {
+		c := Default()
+		b := validBridge()
+		b.MaxPacketSize = tc.v
+		c.Bridges = []Bridge{b}
+		err := c.Validate()
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "bridges[0].max_packet_size:")) {
+			t.Errorf("max_packet_size %d: %v (want ok %v)", tc.v, err, tc.ok)
+		}
+	}
+}
