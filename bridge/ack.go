@@ -30,6 +30,7 @@ func (s *uplink) ack(ctx context.Context, win *sendWindow, pending *flowQueue, p
 		if !ok {
 			return
 		}
+		s.oldest, s.waiting = f, true // the oldest unacknowledged (stuck.go)
 		timer.Reset(time.Until(f.st.sent.Add(b.cfg.AckTimeout)))
 		// A QoS 1/2 publish is complete when the broker ended its flow
 		// (done); a paho token, if any, reports a failure to send it. A
@@ -76,6 +77,7 @@ func (s *uplink) ack(ctx context.Context, win *sendWindow, pending *flowQueue, p
 		if !p.finish(f) {
 			return
 		}
+		s.oldest, s.waiting = inflight{}, false
 		b.inflight.Add(-1)
 		win.release(f.st, time.Now())
 	}

@@ -47,7 +47,8 @@ type Bridge struct {
 
 	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
 	refusals refusalLog
-	failLog  failLog // connect failure lines (log.go); only touched by the owner goroutine
+	failLog  failLog     // connect failure lines (log.go); only touched by the owner goroutine
+	stuck    stuckRecord // connections ended right after the same record (stuck.go); owner goroutine only
 
 	// MQTT 5 (uplink5.go).
 	proto        string    // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only

@@ -35,6 +35,11 @@ type inflight struct {
 	tok mqtt.Token
 	out *outbound // 3.1.1: its store entry (QoS 1/2), once announced
 	f   *flow5    // MQTT 5: its flow in the session (QoS 1/2)
+	// topic and wire are the message's upstream topic and its PUBLISH's
+	// exact size, for the stuck-record check (stuck.go); unknown ("", 0)
+	// for a flow re-sent on connect.
+	topic string
+	wire  int
 }
 
 // protocol is what the shared sender and acker ask of an uplink's MQTT
@@ -114,7 +119,7 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending *flowQueue, 
 		if !ok {
 			return
 		}
-		f = inflight{id: id, lane: m.Lane, st: st}
+		f = inflight{id: id, lane: m.Lane, st: st, topic: m.Topic, wire: wire}
 		if m.QoS > 0 && !p.claim(ctx, &f, m, size) {
 			return
 		}

@@ -54,6 +54,12 @@ type uplink struct {
 
 	causeMu sync.Mutex
 	cause   error // first reason the bridge itself gave for tearing down
+
+	// The flow the acker waits for, the oldest written and not
+	// acknowledged (waiting false: none). Written by the acker only, read
+	// by serveUplink once the acker has ended (stuck.go).
+	oldest  inflight
+	waiting bool
 }
 
 // setCause records why the bridge tears the connection down (first wins).
@@ -135,6 +141,7 @@ type uplinkOps struct {
 // way out the stop's drain and the state change.
 func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 	s := u.s
+	trips, writeTimeouts := b.trips.Load(), b.writeTimeouts.Load() // noteEnd: did the bridge end it?
 	b.lastRead.Store(time.Now().UnixNano())
 	b.connects.Add(1)
 	b.setState(Connected, s.addr.Redacted(), nil)
@@ -174,6 +181,7 @@ func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 	}
 	u.close()
 	wg.Wait()
+	why = b.noteEnd(ctx, s, pending, why, trips, writeTimeouts) // stuck.go
 	b.inflight.Store(0)
 	b.win.Store(nil)
 	b.disconnects.Add(1)

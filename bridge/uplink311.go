@@ -93,7 +93,8 @@ func (s *uplink311) packetSize(m spool.Message) int { return publishSize311(m) }
 // closes the connection (mosquitto's max_packet_size; AWS IoT's 128 KiB),
 // and the bridge would send the same message first on every reconnect
 // while everything behind it waits. So only the configured limit is
-// known; without it such a message blocks the uplink.
+// known; without it such a message blocks the uplink, and the bridge
+// says so (stuck.go) but does not drop it.
 func (s *uplink311) refuse(_ spool.Message, size int) byte {
 	if limit := s.b.cfg.MaxPacketSize; limit > 0 && size > limit {
 		return rcPacketTooLarge

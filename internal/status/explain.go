@@ -10,6 +10,8 @@ import (
 // sentence for the person at the cabinet. The first match wins; the raw
 // error is shown next to it.
 var explanations = []struct{ substr, text string }{
+	// Before "connection reset" and "EOF", which the bridge's hint wraps (bridge/stuck.go).
+	{"max_packet_size", "The cloud broker keeps closing the connection right after the same message: it is probably larger than the broker's packet size limit. Set bridges[].max_packet_size to that limit (larger messages are then dropped as packet too large and the rest flows); until then that message blocks the ones behind it."},
 	{"connection refused", "The cloud broker's host answered but nothing accepts connections on that port (broker down or wrong port)."},
 	{"no such host", "The cloud broker's name does not resolve (DNS, or no network)."},
 	{"server misbehaving", "DNS lookup failed (no network or DNS server unreachable)."},

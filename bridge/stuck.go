@@ -1,0 +1,109 @@
+package bridge
+
+// A message the cloud broker will never take, and does not refuse: over
+// MQTT 3.1.1 a broker with a packet size limit (mosquitto's
+// max_packet_size, AWS IoT's 128 KiB) closes the connection when a larger
+// PUBLISH arrives, since 3.1.1 cannot refuse one message. The bridge
+// reconnects and sends the same message first again (it is the oldest
+// unacknowledged one), and every message behind it waits in the spool.
+// max_packet_size (uplink311 refuse) drops such a message before it is
+// sent; without it the bridge cannot tell that message from one cut by a
+// flaky link several times in a row, and an acknowledged message is never
+// dropped on a guess. So it only says so: when stuckAfter connections in a
+// row were ended by the peer while the same record was the oldest one
+// written and not acknowledged, it logs one ERROR line naming the record's
+// topic and size and the key to set, and the connection's end reason
+// (Stats.LastError: /status.json, $SYS/bridge/<name>/last_error) carries
+// the same hint while the streak lasts.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/edgegw/edgegw/bridge/spool"
+)
+
+// stuckAfter is how many connections in a row must end, by the peer,
+// with the same record the oldest unacknowledged one before the bridge
+// says the record may be too large for the cloud broker. One or two is a
+// link that drops now and then; three with the same message first is a
+// pattern worth a line, not yet an action.
+const stuckAfter = 3
+
+// stuckTopicMax bounds the topic quoted in the last error (the log line
+// has it whole).
+const stuckTopicMax = 80
+
+// stuckRecord is the streak of connections that ended with the same
+// record first in line. Only the owner goroutine uses it.
+type stuckRecord struct {
+	id     spool.ID
+	topic  string // as sent upstream; "" until a connection sent it itself (not resumed)
+	size   int    // its PUBLISH in bytes, with topic
+	n      int    // connections in a row ended by the peer with it the oldest unacknowledged
+	logged bool   // the ERROR line for this streak was written
+}
+
+// connEnd is how one connection ended, for stuckRecord.
+type connEnd struct {
+	byPeer bool     // neither the bridge (watchdog, write timeout, reload, stop) nor ctx ended it
+	oldest inflight // the oldest flow written and not acknowledged
+	held   bool     // oldest is set: there was one
+}
+
+// ended notes how a connection ended and returns the hint for its end
+// reason once the streak has reached stuckAfter ("" otherwise), and
+// whether this is the first time for the streak (log it).
+func (w *stuckRecord) ended(e connEnd) (hint string, first bool) {
+	if !e.byPeer || !e.held {
+		*w = stuckRecord{}
+		return "", false
+	}
+	if e.oldest.id != w.id || w.n == 0 {
+		*w = stuckRecord{id: e.oldest.id}
+	}
+	w.n++
+	if e.oldest.topic != "" {
+		w.topic, w.size = e.oldest.topic, e.oldest.wire
+	}
+	if w.n < stuckAfter {
+		return "", false
+	}
+	topic := w.topic
+	if len(topic) > stuckTopicMax {
+		topic = topic[:stuckTopicMax] + "..."
+	}
+	hint = fmt.Sprintf("uplink ended %d times in a row right after sending the same message (%d bytes, topic %s); "+
+		"if the cloud broker limits packet size, set bridges[].max_packet_size", w.n, w.size, topic)
+	first = !w.logged
+	w.logged = true
+	return hint, first
+}
+
+// noteEnd is serveUplink's last word on a connection that ended with why:
+// it feeds b.stuck and returns why, with the hint once the streak is long
+// enough. trips and writeTimeouts are the counters' values when the
+// connection came up; pending is its (stopped) acker's queue.
+func (b *Bridge) noteEnd(ctx context.Context, s *uplink, pending *flowQueue, why error, trips, writeTimeouts uint64) error {
+	e := connEnd{
+		byPeer: ctx.Err() == nil && !errors.Is(why, errReload) &&
+			b.trips.Load() == trips && b.writeTimeouts.Load() == writeTimeouts,
+		oldest: s.oldest, held: s.waiting,
+	}
+	if !e.held { // the acker had not taken the oldest flow yet: it is first in its queue
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		e.oldest, e.held = pending.pop(done) // returns a queued flow without waiting
+	}
+	hint, first := b.stuck.ended(e)
+	if hint == "" {
+		return why
+	}
+	if first {
+		b.log.Error("uplink keeps ending right after the same message was sent: if the cloud broker limits packet size, "+
+			"set bridges[].max_packet_size to its limit; until then the message stays first in line and the messages behind it wait",
+			"topic", b.stuck.topic, "size", b.stuck.size, "record", uint64(b.stuck.id), "times", b.stuck.n, "reason", why)
+	}
+	return fmt.Errorf("%s: %w", hint, why)
+}
