@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -92,15 +93,19 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
 	if rels := b.store.pendingPubrels(); len(rels) > 0 {
 		if err := waitAll(ctx, rels, b.cfg.AckTimeout); err != nil {
 			s.waitLost()
-			return nil, fmt.Errorf("complete %d PUBREL re-sent to %s: %w", len(rels), u.Redacted(), err)
+			return nil, b.lostInSetup(fmt.Errorf("complete %d PUBREL re-sent to %s: %w", len(rels), u.Redacted(), err), false) // stuck.go
 		}
 	}
 	if err := b.subscribeAll(ctx, s); err != nil { // reload.go
 		s.waitLost()
-		return nil, err
+		return nil, b.lostInSetup(err, false)
 	}
 	return s, nil
 }
+
+// errNoAnswer is why the bridge gave up waiting for an answer upstream
+// (the connection was not lost: stuck.go).
+var errNoAnswer = errors.New("no answer")
 
 // waitToken waits for t within d or until ctx ends.
 func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
@@ -110,7 +115,7 @@ func waitToken(ctx context.Context, t mqtt.Token, d time.Duration) error {
 	case <-t.Done():
 		return t.Error()
 	case <-timer.C:
-		return fmt.Errorf("no answer within %s", d)
+		return fmt.Errorf("%w within %s", errNoAnswer, d)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -125,7 +130,7 @@ func waitAll(ctx context.Context, chs []<-chan struct{}, d time.Duration) error 
 		select {
 		case <-ch:
 		case <-timer.C:
-			return fmt.Errorf("no answer within %s", d)
+			return fmt.Errorf("%w within %s", errNoAnswer, d)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

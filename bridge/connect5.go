@@ -124,7 +124,7 @@ func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
 	}
 	if err := b.subscribeAll5(ctx, s); err != nil {
 		s.waitLost5()
-		return nil, err
+		return nil, b.lostInSetup(err, true) // stuck.go
 	}
 	return s, nil
 }

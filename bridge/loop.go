@@ -57,6 +57,7 @@ func (b *Bridge) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		b.applyPending()
 		for _, u := range b.c.Load().addrs {
+			writeTimeouts := b.writeTimeouts.Load()
 			serve, err := b.connectUplink(ctx, u) // uplink5.go: by protocol
 			if ctx.Err() != nil {
 				return
@@ -65,7 +66,7 @@ func (b *Bridge) loop(ctx context.Context) {
 				break // apply the new settings first
 			}
 			if err != nil {
-				b.connectFailed(u, err)
+				b.connectFailed(u, b.noteSetupLost(ctx, err, writeTimeouts)) // stuck.go: lost after its CONNACK?
 				continue
 			}
 			start, acked := time.Now(), b.acked.Load()

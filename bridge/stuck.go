@@ -15,6 +15,13 @@ package bridge
 // topic and size and the key to set, and the connection's end reason
 // (Stats.LastError: /status.json, $SYS/bridge/<name>/last_error) carries
 // the same hint while the streak lasts.
+//
+// A connection counts whether it was lost while serving (noteEnd) or
+// while it was being set up after its CONNACK (lostInSetup): with a
+// persistent session the client re-sends the session's flows right after
+// the CONNACK, before the bridge subscribes its in rules, so the broker
+// closes the connection before the SUBACK and the attempt fails. The
+// oldest record is then the session's oldest flow, re-sent on it.
 
 import (
 	"context"
@@ -74,8 +81,10 @@ func (w *stuckRecord) ended(e connEnd) (hint string, first bool) {
 	if len(topic) > stuckTopicMax {
 		topic = topic[:stuckTopicMax] + "..."
 	}
-	hint = fmt.Sprintf("uplink ended %d times in a row right after sending the same message (%d bytes, topic %s); "+
-		"if the cloud broker limits packet size, set bridges[].max_packet_size", w.n, w.size, topic)
+	// No count in it: the connect failure log (log.go) repeats a line
+	// only when its text changes.
+	hint = fmt.Sprintf("uplink keeps ending right after sending the same message (%d bytes, topic %s); "+
+		"if the cloud broker limits packet size, set bridges[].max_packet_size", w.size, topic)
 	first = !w.logged
 	w.logged = true
 	return hint, first
@@ -96,6 +105,60 @@ func (b *Bridge) noteEnd(ctx context.Context, s *uplink, pending *flowQueue, why
 		cancel()
 		e.oldest, e.held = pending.pop(done) // returns a queued flow without waiting
 	}
+	return b.stuckHint(e, why)
+}
+
+// setupLost is a connection attempt that got its CONNACK and was lost
+// before it was up (subscribing the in rules, completing the PUBRELs the
+// session re-sent): connect and connect5 return it, and the loop counts
+// it as a connection that ended (noteSetupLost).
+type setupLost struct {
+	err    error
+	oldest spool.ID // the session's oldest flow, re-sent on the connection
+	held   bool     // there was one
+}
+
+func (e *setupLost) Error() string { return e.err.Error() }
+func (e *setupLost) Unwrap() error { return e.err }
+
+// lostInSetup wraps err, the failure of an attempt after its CONNACK,
+// with the oldest flow the session (3.1.1 or, v5, MQTT 5) re-sent on it.
+func (b *Bridge) lostInSetup(err error, v5 bool) error {
+	e := &setupLost{err: err}
+	if v5 {
+		if fs := b.sess5.pending(); len(fs) > 0 {
+			e.oldest, e.held = fs[0].rec, true
+		}
+	} else if es := b.store.pending(); len(es) > 0 {
+		e.oldest, e.held = es[0].rec, true
+	}
+	return e
+}
+
+// noteSetupLost is the loop's word on a failed connection attempt (err):
+// one lost after its CONNACK counts as a connection that ended, by the
+// peer unless the bridge gave up waiting for an answer (errNoAnswer), a
+// write timed out (writeTimeouts: the counter before the attempt), a
+// reload or the stop. It returns err, with the hint once the streak is
+// long enough. A failure before the CONNACK is no connection: it leaves
+// the streak as it is.
+func (b *Bridge) noteSetupLost(ctx context.Context, err error, writeTimeouts uint64) error {
+	var sl *setupLost
+	if !errors.As(err, &sl) {
+		return err
+	}
+	e := connEnd{
+		byPeer: ctx.Err() == nil && !errors.Is(err, errReload) && !errors.Is(err, errNoAnswer) &&
+			b.writeTimeouts.Load() == writeTimeouts,
+		oldest: inflight{id: sl.oldest}, held: sl.held,
+	}
+	return b.stuckHint(e, err)
+}
+
+// stuckHint feeds b.stuck with how a connection ended and returns why,
+// with the hint (and the ERROR line, once) when the streak is long
+// enough.
+func (b *Bridge) stuckHint(e connEnd, why error) error {
 	hint, first := b.stuck.ended(e)
 	if hint == "" {
 		return why
