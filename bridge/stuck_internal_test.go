@@ -1,8 +1,13 @@
 package bridge
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/edgegw/edgegw/gateway"
 )
 
 // TestStuckRecordStreak: the hint comes when stuckAfter connections in a
@@ -52,3 +57,73 @@ func TestStuckRecordStreak(t *testing.T) {
 		})
 	}
 }
+
+// TestNoteEndCountsOnlyThePeer: a connection counts towards the streak
+// only if the peer ended it: not the stop, a reload, the ack watchdog or a
+// write timeout during it (serveUplink's end, noteEnd), nor, for an
+// attempt lost after its CONNACK (noteSetupLost), an answer the bridge
+// gave up waiting for. A failure before the CONNACK is no connection and
+// leaves the streak as it was.
+func TestNoteEndCountsOnlyThePeer(t *testing.T) {
+	b, err := New(Config{Name: "b", Addresses: []string{"tcp://127.0.0.1:1"}, CleanSession: true,
+		Topics: []Rule{{Pattern: "#", Direction: Out}}}, nopGW{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := context.Background()
+	stopped, cancel := context.WithCancel(live)
+	cancel()
+	lost := errors.New("read: connection reset by peer")
+	served := func(ctx context.Context, why error, during func()) int {
+		s := &uplink{b: b, oldest: inflight{id: 7, topic: "t", wire: 300}, waiting: true}
+		trips, wt := b.trips.Load(), b.writeTimeouts.Load()
+		if during != nil {
+			during()
+		}
+		b.noteEnd(ctx, s, newFlowQueue(), why, trips, wt)
+		return b.stuck.n
+	}
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		why    error
+		during func()
+		want   int // the streak after two peer-ended connections and this one
+	}{
+		{"by the peer", live, lost, nil, 3},
+		{"the stop", stopped, errors.New("stopped"), nil, 0},
+		{"a reload", live, errReload, nil, 0},
+		{"the ack watchdog", live, errors.New("ack watchdog"), func() { b.trips.Add(1) }, 0},
+		{"a write timeout", live, errors.New("write timeout"), func() { b.writeTimeouts.Add(1) }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b.stuck = stuckRecord{}
+			served(live, lost, nil)
+			served(live, lost, nil)
+			if n := served(tc.ctx, tc.why, tc.during); n != tc.want {
+				t.Fatalf("streak %d, want %d", n, tc.want)
+			}
+		})
+	}
+	t.Run("lost in setup", func(t *testing.T) {
+		b.stuck = stuckRecord{}
+		served(live, lost, nil)
+		e := &setupLost{err: lost, oldest: 7, held: true}
+		if b.noteSetupLost(live, errors.New("dial: connection refused"), b.writeTimeouts.Load()); b.stuck.n != 1 {
+			t.Fatalf("a failure before CONNACK changed the streak to %d", b.stuck.n)
+		}
+		if b.noteSetupLost(live, e, b.writeTimeouts.Load()); b.stuck.n != 2 {
+			t.Fatalf("streak %d after an attempt lost in setup, want 2", b.stuck.n)
+		}
+		noAnswer := &setupLost{err: fmt.Errorf("subscribe: %w within 1s", errNoAnswer), oldest: 7, held: true}
+		if b.noteSetupLost(live, noAnswer, b.writeTimeouts.Load()); b.stuck.n != 0 {
+			t.Fatalf("streak %d after the bridge gave up waiting for a SUBACK, want 0", b.stuck.n)
+		}
+	})
+}
+
+type nopGW struct{}
+
+func (nopGW) Publish(*gateway.Message) error             { return nil }
+func (nopGW) AddSink(string, string, gateway.Sink) error { return nil }
+func (nopGW) RemoveSink(string, string)                  {}
