@@ -81,10 +81,11 @@ func (w *stuckRecord) ended(e connEnd) (hint string, first bool) {
 	if len(topic) > stuckTopicMax {
 		topic = topic[:stuckTopicMax] + "..."
 	}
-	// No count in it: the connect failure log (log.go) repeats a line
-	// only when its text changes.
-	hint = fmt.Sprintf("uplink keeps ending right after sending the same message (%d bytes, topic %s); "+
-		"if the cloud broker limits packet size, set bridges[].max_packet_size", w.size, topic)
+	// The key first: edgegw_bridge_last_error_info keeps 200 bytes. No
+	// count in it: the connect failure log (log.go) repeats a line only
+	// when its text changes.
+	hint = fmt.Sprintf("set bridges[].max_packet_size if the cloud broker limits packet size: "+
+		"the uplink keeps ending right after sending the same message (%d bytes, topic %s)", w.size, topic)
 	first = !w.logged
 	w.logged = true
 	return hint, first

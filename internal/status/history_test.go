@@ -122,8 +122,8 @@ func TestExplain(t *testing.T) {
 		"dial tcp: lookup cloud.example: no such host":        "does not resolve",
 		"ack watchdog: no PUBACK for 30s":                     "ack watchdog",
 		"something new":                                       "The uplink failed: something new",
-		"uplink ended 3 times in a row right after sending the same message (412 bytes, topic site/t); " +
-			"if the cloud broker limits packet size, set bridges[].max_packet_size: read: connection reset by peer": "Set bridges[].max_packet_size",
+		"set bridges[].max_packet_size if the cloud broker limits packet size: the uplink keeps ending right after " +
+			"sending the same message (412 bytes, topic site/t): read: connection reset by peer": "Set bridges[].max_packet_size",
 	} {
 		if got := explain(err); !strings.Contains(got, want) || (want == "" && got != "") {
 			t.Errorf("explain(%q) = %q, want it to say %q", err, got, want)
