@@ -64,10 +64,10 @@ type connEnd struct {
 // whether this is the first time for the streak (log it).
 func (w *stuckRecord) ended(e connEnd) (hint string, first bool) {
 	if !e.byPeer || !e.held {
-		*w = stuckRecord{}
+		w.n, w.logged = 0, false // the streak ends; the record's topic and size stay known
 		return "", false
 	}
-	if e.oldest.id != w.id || w.n == 0 {
+	if e.oldest.id != w.id {
 		*w = stuckRecord{id: e.oldest.id}
 	}
 	w.n++
@@ -77,15 +77,19 @@ func (w *stuckRecord) ended(e connEnd) (hint string, first bool) {
 	if w.n < stuckAfter {
 		return "", false
 	}
-	topic := w.topic
-	if len(topic) > stuckTopicMax {
-		topic = topic[:stuckTopicMax] + "..."
+	what := fmt.Sprintf("record %d", w.id) // topic unknown: only ever re-sent from the session (not expected)
+	if w.topic != "" {
+		topic := w.topic
+		if len(topic) > stuckTopicMax {
+			topic = topic[:stuckTopicMax] + "..."
+		}
+		what = fmt.Sprintf("%d bytes, topic %s", w.size, topic)
 	}
 	// The key first: edgegw_bridge_last_error_info keeps 200 bytes. No
 	// count in it: the connect failure log (log.go) repeats a line only
 	// when its text changes.
-	hint = fmt.Sprintf("set bridges[].max_packet_size if the cloud broker limits packet size: "+
-		"the uplink keeps ending right after sending the same message (%d bytes, topic %s)", w.size, topic)
+	hint = "set bridges[].max_packet_size if the cloud broker limits packet size: " +
+		"the uplink keeps ending right after sending the same message (" + what + ")"
 	first = !w.logged
 	w.logged = true
 	return hint, first

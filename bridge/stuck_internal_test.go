@@ -39,6 +39,8 @@ func TestStuckRecordStreak(t *testing.T) {
 			{peer(resent), true, true}}},
 		{"nothing in flight breaks it", []step{{peer(sent), false, false}, {peer(resent), false, false},
 			{connEnd{byPeer: true}, false, false}, {peer(sent), false, false}}},
+		{"the topic outlives a break", []step{{peer(sent), false, false}, {connEnd{oldest: resent, held: true}, false, false},
+			{peer(resent), false, false}, {peer(resent), false, false}, {peer(resent), true, true}}},
 		{"a new streak of the same record is logged again", []step{{peer(sent), false, false}, {peer(resent), false, false},
 			{peer(resent), true, true}, {connEnd{byPeer: true}, false, false}, {peer(sent), false, false},
 			{peer(resent), false, false}, {peer(resent), true, true}}},
