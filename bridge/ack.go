@@ -83,6 +83,15 @@ func (s *uplink) ack(ctx context.Context, win *sendWindow, pending *flowQueue, p
 	}
 }
 
+// completedByPeer is completed for a record the broker acknowledged
+// (PUBACK or PUBCOMP read): progress for the reconnect backoff (loop.go).
+// A QoS 0 write is not: a broker that closes the connection at an
+// oversize PUBLISH never reads the QoS 0 ones written after it.
+func (b *Bridge) completedByPeer(id spool.ID) {
+	b.completed(id)
+	b.peerAcked.Add(1)
+}
+
 // completed removes a record from the spool once upstream acknowledged it
 // (PUBACK, PUBCOMP, or a QoS 0 write).
 func (b *Bridge) completed(id spool.ID) {

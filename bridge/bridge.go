@@ -71,8 +71,12 @@ type Bridge struct {
 
 	connects, disconnects, connectFailures, trips, writeTimeouts atomic.Uint64
 	sent, acked, received, inboundFailed, acceptFailed           atomic.Uint64
-	inflight                                                     atomic.Int64
-	rejected                                                     [len(rejectReasons)]atomic.Uint64 // by rejectReason
+	// peerAcked counts the completions the broker acknowledged (PUBACK,
+	// PUBCOMP, an MQTT 5 success code), not QoS 0 writes: the reconnect
+	// backoff's proof of progress (loop.go).
+	peerAcked atomic.Uint64
+	inflight  atomic.Int64
+	rejected  [len(rejectReasons)]atomic.Uint64 // by rejectReason
 }
 
 // New validates cfg (filling in defaults) and returns a bridge that is not
@@ -99,7 +103,7 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 	}
 	b.c.Store(c)
 	b.proto = c.proto
-	b.store = newUplinkStore(b.completed)
+	b.store = newUplinkStore(b.completedByPeer)
 	b.sess5 = newSession5(b.ended5)
 	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
 	if cfg.NoBridgeFlag {

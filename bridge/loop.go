@@ -17,9 +17,12 @@ func (bo *backoff) reset() { bo.cur = 0 }
 // when it delivered nothing (see lost).
 const healthyUplink = 10 * time.Second
 
-// lost is told that a connection which lasted up and acknowledged acked
-// messages has ended; it resets the backoff only if the connection was
-// healthy: it delivered a message, or stayed up healthyUplink. A CONNACK
+// lost is told that a connection which lasted up and on which the broker
+// acknowledged acked messages (PUBACK, PUBCOMP: Bridge.peerAcked, not a
+// QoS 0 write, which a broker closing the connection at an oversize
+// PUBLISH before it never reads) has ended; it resets the backoff only if
+// the connection was healthy: it delivered a message, or stayed up
+// healthyUplink. A CONNACK
 // alone proves little: a broker that closes the connection right after
 // it, every time (a PUBLISH over its packet size limit, which the bridge
 // sends first on every connection; another client taking over the same
@@ -69,10 +72,10 @@ func (b *Bridge) loop(ctx context.Context) {
 				b.connectFailed(u, b.noteSetupLost(ctx, err, writeTimeouts)) // stuck.go: lost after its CONNACK?
 				continue
 			}
-			start, acked := time.Now(), b.acked.Load()
+			start, acked := time.Now(), b.peerAcked.Load()
 			b.failLog.connected(b.log, start)
 			serve(ctx)
-			bo.lost(time.Since(start), b.acked.Load()-acked)
+			bo.lost(time.Since(start), b.peerAcked.Load()-acked)
 			break
 		}
 		t := time.NewTimer(bo.next())

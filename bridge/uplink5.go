@@ -63,7 +63,7 @@ type uplink5 struct {
 func (b *Bridge) ended5(f *flow5) {
 	switch {
 	case f.reason < 0x80:
-		b.completed(f.rec)
+		b.completedByPeer(f.rec)
 	case permanentRefusal(f.reason):
 		b.dropRefused(f.rec, f.reason)
 	}
