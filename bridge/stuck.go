@@ -154,6 +154,9 @@ func (b *Bridge) noteSetupLost(ctx context.Context, err error, writeTimeouts uin
 	}
 	e := connEnd{
 		byPeer: ctx.Err() == nil && !errors.Is(err, errReload) && !errors.Is(err, errNoAnswer) &&
+			// paho.golang's Subscribe gives up after PacketTimeout with
+			// its context's error: over MQTT 5 that is errNoAnswer.
+			!errors.Is(err, context.DeadlineExceeded) &&
 			b.writeTimeouts.Load() == writeTimeouts,
 		oldest: inflight{id: sl.oldest}, held: sl.held,
 	}

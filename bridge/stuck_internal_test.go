@@ -121,6 +121,14 @@ func TestNoteEndCountsOnlyThePeer(t *testing.T) {
 		if b.noteSetupLost(live, noAnswer, b.writeTimeouts.Load()); b.stuck.n != 0 {
 			t.Fatalf("streak %d after the bridge gave up waiting for a SUBACK, want 0", b.stuck.n)
 		}
+		// Over MQTT 5 paho.golang's Subscribe returns its PacketTimeout
+		// context's error (paho/client.go Subscribe: subCtx.Err()).
+		served(live, lost, nil)
+		served(live, lost, nil)
+		noAnswer5 := &setupLost{err: fmt.Errorf("subscribe: %w", context.DeadlineExceeded), oldest: 7, held: true}
+		if b.noteSetupLost(live, noAnswer5, b.writeTimeouts.Load()); b.stuck.n != 0 {
+			t.Fatalf("streak %d after an MQTT 5 SUBACK not given in time, want 0", b.stuck.n)
+		}
 	})
 }
 
