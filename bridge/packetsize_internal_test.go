@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edgegw/edgegw/bridge/spool"
@@ -47,10 +46,12 @@ func TestPublishSizeIsTheWire(t *testing.T) {
 				if got := publishSize311(m); got != wire311 {
 					t.Fatalf("3.1.1 QoS %d, topic %d, payload %d: publishSize311 %d, on the wire %d", qos, len(topic), n, got, wire311)
 				}
-				p5 := (&paho.Publish{QoS: qos, Topic: topic, Payload: m.Payload, PacketID: 1}).Packet()
-				if qos == 0 {
-					p5.PacketID = 0
+				m.Retain = n%2 == 1
+				pp := publish5(m) // as uplink5 publish sends it
+				if qos > 0 {
+					pp.PacketID = 1
 				}
+				p5 := pp.Packet()
 				var b bytes.Buffer
 				if _, err := p5.WriteTo(&b); err != nil {
 					t.Fatal(err)
