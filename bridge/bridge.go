@@ -102,6 +102,7 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 		protocol: 0x84,
 	}
 	b.c.Store(c)
+	b.rl.wake = make(chan struct{}, 1)
 	b.proto = c.proto
 	b.store = newUplinkStore(b.completedByPeer)
 	b.sess5 = newSession5(b.ended5)

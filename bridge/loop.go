@@ -76,12 +76,6 @@ func (b *Bridge) loop(ctx context.Context) {
 			b.failLog.connected(b.log, start)
 			serve(ctx)
 			bo.lost(time.Since(start), b.peerAcked.Load()-acked)
-			if b.rl.pending.Load() != nil {
-				// A reload ended it (errReload): the bridge's doing, not
-				// the link's; reconnect at reconnect_min as before, not
-				// after the backoff an earlier outage grew.
-				bo.reset()
-			}
 			break
 		}
 		t := time.NewTimer(bo.next())
@@ -89,6 +83,9 @@ func (b *Bridge) loop(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-b.rl.wake: // a reload's new connection settings: try them now
+			t.Stop()
+			bo.reset()
 		case <-t.C:
 		}
 	}

@@ -57,6 +57,10 @@ type reloadState struct {
 	// pending holds connection settings for the owner goroutine to apply
 	// before its next connection attempt (applyPending).
 	pending atomic.Pointer[Config]
+	// wake (capacity 1) cuts the owner's wait between connection attempts
+	// short when pending was set: new settings are tried at once, not
+	// after a backoff of up to reconnect_max the old ones grew.
+	wake chan struct{}
 
 	subMu sync.Mutex
 	live  *uplink311      // the connection that last subscribed (it may have ended since)
@@ -153,6 +157,10 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		w.CleanSession, w.KeepAlive, w.ConnectTimeout, w.TLS = cfg.CleanSession, cfg.KeepAlive, cfg.ConnectTimeout, cfg.TLS
 		p := *w
 		rl.pending.Store(&p)
+		select {
+		case rl.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
 		rl.subMu.Lock()
 		if s := rl.live; s != nil {
 			s.teardown(errReload)
@@ -190,6 +198,10 @@ func (b *Bridge) applyPending() {
 	p := b.rl.pending.Swap(nil)
 	if p == nil {
 		return
+	}
+	select {
+	case <-b.rl.wake: // for the settings applied now
+	default:
 	}
 	b.cfg.Addresses, b.cfg.ClientID, b.cfg.Username, b.cfg.Password = p.Addresses, p.ClientID, p.Username, p.Password
 	b.cfg.CleanSession, b.cfg.KeepAlive, b.cfg.ConnectTimeout, b.cfg.TLS = p.CleanSession, p.KeepAlive, p.ConnectTimeout, p.TLS
