@@ -42,7 +42,7 @@ func TestOversizeBackoffWithQoS0Stream(t *testing.T) {
 	}
 	n := len(h.find("uplink connected"))
 	st := b.Stats()
-	t.Logf("REVIEW3 %d connections in 3 s of QoS 0 traffic; acked %d; upstream got a QoS 0 message: %v", n, st.Acked, cloud.has(topic, "q0"))
+	t.Logf("%d connections in 3 s of QoS 0 traffic; acked %d; upstream got a QoS 0 message: %v", n, st.Acked, cloud.has(topic, "q0"))
 	// With the backoff growing from 20 ms (doubling, jitter in [cur/2, cur])
 	// and reset only by the first connection, 3 s hold at most
 	// 1 + 1 + 20+20+40+80+160+320+640+1000 ms -> 10 connections.

@@ -8,13 +8,14 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
-// TestReloadReconnectsAtOnce (review3): a reload that changes a
+// TestReloadReconnectsAtOnce: a reload that changes a
 // connection setting ends the live connection (errReload), the bridge's
 // own doing, and the bridge reconnects at once, not after the backoff an
-// outage before this connection grew. On the oversize branch the backoff
-// was reset only by a connection that delivered something or stayed up
-// 10 s, so a reload within 10 s of an idle connection waited between half
-// and all of reconnect_max (here 2-4 s; 30-60 s with the default).
+// outage before this connection grew. The backoff is reset only by a
+// connection the broker acknowledged something on or that stayed up 10 s,
+// so without the reload's wake-up a reload within 10 s of an idle
+// connection waited between half and all of reconnect_max (here 2-4 s;
+// 30-60 s with the default).
 func TestReloadReconnectsAtOnce(t *testing.T) {
 	port := freePort(t)
 	gw := startGateway(t)
@@ -34,14 +35,15 @@ func TestReloadReconnectsAtOnce(t *testing.T) {
 	}
 	testutil.Eventually(t, 15*time.Second, "reconnected", func() bool { return b.Stats().Connects == 2 })
 	el := time.Since(start)
-	t.Logf("REVIEW3 reconnected %s after the reload", el.Round(time.Millisecond))
-	// Without it the wait alone is at least 2 s (half of the 4 s step).
-	if el >= time.Second {
-		t.Fatalf("reconnected %s after the reload; want less than 1 s", el)
+	// Without the wake the wait alone is at least 2 s (half of the 4 s
+	// step); with it a reconnect takes milliseconds on loopback. The bound
+	// sits just under the wait, so a loaded machine has ~2 s of slack.
+	if el >= 1900*time.Millisecond {
+		t.Fatalf("reconnected %s after the reload; want it before the backoff's wait (at least 2 s) ends", el)
 	}
 }
 
-// TestReloadDuringBackoffConnectsAtOnce (review3): a reload that fixes a
+// TestReloadDuringBackoffConnectsAtOnce: a reload that fixes a
 // connection setting while the bridge waits between failed attempts is
 // tried at once, not after the wait the failures grew (up to
 // reconnect_max: with the backoff reset only by a healthy connection, a
@@ -63,8 +65,7 @@ func TestReloadDuringBackoffConnectsAtOnce(t *testing.T) {
 	}
 	testutil.Eventually(t, 15*time.Second, "connected", func() bool { return b.Stats().Connects == 1 })
 	el := time.Since(start)
-	t.Logf("REVIEW3 connected %s after the reload", el.Round(time.Millisecond))
-	if el >= time.Second {
-		t.Fatalf("connected %s after the reload; want less than 1 s (the backoff's wait, 2-4 s, is cut short)", el)
+	if el >= 1900*time.Millisecond { // the wait it cuts short is 2-4 s
+		t.Fatalf("connected %s after the reload; want it before the backoff's wait (2-4 s) ends", el)
 	}
 }
