@@ -9,7 +9,7 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
-// TestOversizeBackoffWithQoS0Stream (review3): over MQTT 3.1.1 without
+// TestOversizeBackoffWithQoS0Stream: over MQTT 3.1.1 without
 // max_packet_size, a QoS 1 message larger than mosquitto's limit blocks
 // the uplink while a sensor keeps publishing at QoS 0 behind it. Each new
 // connection sends the oversize PUBLISH first and then the QoS 0 ones
