@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -14,18 +15,18 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
-// TestProbeStateFullOfDeadRecordsRecovers: when the broker's own
-// state.log fills persistence.dir, and the persistent subscriber then
-// takes every queued message, the live state is a few hundred bytes: the
-// store must get its disk back (compact) and keep and acknowledge new
-// messages again (docs/behaviour.md, "SD-card wear": the log is rewritten
-// as a snapshot of the live state; gateway/store doc: "the model keeps the
-// change and the next flush writes a snapshot"). Found by a state probe:
-// the snapshot is written to state.log.tmp beside the full log, which can
-// never fit, so every later QoS 1 publish to the session is refused (the
-// 3.1.1 publisher is disconnected without a PUBACK) for as long as edgegw
-// runs, and after a restart too.
-func TestProbeStateFullOfDeadRecordsRecovers(t *testing.T) {
+// TestBinaryStateRecoversFromFullDisk: when the broker's own state.log
+// fills persistence.dir (a 2 MiB tmpfs) and the persistent subscriber then
+// takes every queued message, the store writes the snapshot of the now
+// tiny live state into the room of state.reserve, the rename frees the
+// dead records, and new QoS 1 messages are kept and acknowledged again;
+// after a clean restart none of the delivered messages comes back
+// (docs/behaviour.md, "A full disk"). Before: the snapshot was written
+// beside the full log and never fitted, every later QoS 1 publish to the
+// session was refused for as long as edgegw ran and after a restart, and
+// the delivered messages came back after a restart (found by a state
+// probe, TestProbeStateFullOfDeadRecordsRecovers).
+func TestBinaryStateRecoversFromFullDisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -86,5 +87,34 @@ func TestProbeStateFullOfDeadRecordsRecovers(t *testing.T) {
 		t.Fatalf("after the subscriber drained all %d messages (live state %s bytes, log %s bytes on a 2 MiB disk), a new QoS 1 message is still not acknowledged: %v",
 			acked, e.metric("edgegw_state_live_bytes"), e.metric("edgegw_state_log_bytes"), tok.Error())
 	}
+	testutil.Eventually(t, 10*time.Second, "the subscriber got the new message", func() bool {
+		return got.Load() >= int64(acked)+1
+	})
 	sub.Disconnect(100)
+	pub.Disconnect(100)
+
+	// A clean restart brings back nothing the subscriber already took: a
+	// marker published after it reconnects comes first.
+	e.stop(syscall.SIGTERM)
+	e.start()
+	var before, marker atomic.Int64
+	sub = connect("sub", false, func(_ mqtt.Client, m mqtt.Message) {
+		if m.Topic() == "fd/marker" {
+			marker.Add(1)
+		} else if marker.Load() == 0 {
+			before.Add(1)
+		}
+	})
+	defer sub.Disconnect(100)
+	pub = connect("pub", true, nil)
+	if tok := pub.Publish("fd/marker", 1, false, "m"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish after the restart: %v", tok.Error())
+	}
+	testutil.Eventually(t, 10*time.Second, "the marker after the restart", func() bool { return marker.Load() == 1 })
+	if n := before.Load(); n != 0 {
+		t.Fatalf("after a clean restart %d already delivered messages came back", n)
+	}
+	if fi, err := os.Stat(filepath.Join(e.dir, "state", "state.reserve")); err != nil || fi.Size() != 64<<10 {
+		t.Fatalf("state.reserve after the recovery: %v %v", fi, err)
+	}
 }

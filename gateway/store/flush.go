@@ -1,7 +1,10 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -92,6 +95,29 @@ func (s *Store) flush(final bool) {
 		}
 	case len(buf) > 0 || final:
 		err = s.write(buf, final)
+		if err != nil && noSpace(err) && s.failed == nil { // not a failed fsync: that one is final
+			// The disk is full, perhaps of the log's own dead records: a
+			// snapshot of the live state may fit where the records did
+			// not (compact can use the reserve). It covers every record
+			// appended so far, so it takes them off pending and this
+			// flush answers their waiters too.
+			s.mu.Lock()
+			s.pending = s.pending[:0]
+			upTo = s.pos
+			snap = s.md.snapshot()
+			s.mu.Unlock()
+			if cerr := s.compact(snap); cerr != nil {
+				s.log.Error("state compaction after a full disk failed; the file still lacks the refused records", "err", cerr)
+			} else {
+				s.mu.Lock()
+				s.dirty = false
+				s.mu.Unlock()
+				err = nil
+			}
+		}
+	}
+	if !s.reserveOK && s.failed == nil && (err == nil && snap != nil || time.Now().After(s.reserveNext)) {
+		s.ensureReserve()
 	}
 
 	s.mu.Lock()
@@ -135,6 +161,7 @@ func (s *Store) write(buf []byte, final bool) error {
 			s.mu.Lock()
 			s.dirty = true
 			s.mu.Unlock()
+			err = s.fileErr(err)
 			s.log.Error("state write failed; the change is kept in memory and written by the next compaction", "err", err)
 			return fmt.Errorf("state store: write: %w", err)
 		}
@@ -147,7 +174,7 @@ func (s *Store) write(buf []byte, final bool) error {
 	}
 	s.fsyncs.Add(1)
 	if err := s.file.Sync(); err != nil {
-		err = fmt.Errorf("state store: fsync: %w", err)
+		err = fmt.Errorf("state store: fsync: %w", s.fileErr(err))
 		s.log.Error("state fsync failed; broker state is no longer durable", "err", err)
 		s.mu.Lock()
 		s.failed = err
@@ -155,4 +182,15 @@ func (s *Store) write(buf []byte, final bool) error {
 		return err
 	}
 	return nil
+}
+
+// fileErr names state.log in an error of s.file: after a compaction the
+// handle is the snapshot's, and its errors would name state.log.tmp, the
+// name it was created under before the rename.
+func (s *Store) fileErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return &os.PathError{Op: pe.Op, Path: filepath.Join(s.opts.Dir, logName), Err: pe.Err}
+	}
+	return err
 }

@@ -69,7 +69,7 @@ const (
 
 // Stats are the store's counters, for flash-wear accounting.
 type Stats struct {
-	BytesWritten   int64 // every byte written to the disk: records and snapshots
+	BytesWritten   int64 // every byte written to the disk: records and snapshots (not state.reserve: 64 KiB once, and again after a full disk)
 	RecordBytes    int64 // bytes of records appended (framing included)
 	Records        int64 // records appended
 	Fsyncs         int64 // file and directory fsyncs
@@ -104,6 +104,9 @@ type Store struct {
 	closed   bool
 	fileSize int64 // flusher only, read under mu for Stats
 	file     *os.File
+
+	reserveOK   bool      // state.reserve is there; flusher only (or Open)
+	reserveNext time.Time // when a flush may try again to recreate it
 
 	durable atomic.Uint64 // highest position written (and synced per the mode)
 
@@ -154,6 +157,7 @@ func Open(opts Options) (*Store, *State, error) {
 		return nil, nil, err
 	}
 	s.nextSeq = s.md.maxSeq + 1
+	s.ensureReserve()
 	st := s.md.state()
 	s.wg.Add(1)
 	go s.flushLoop()
@@ -302,15 +306,27 @@ func (s *Store) quarantine(path string) {
 // compact replaces state.log with data: write a temporary file, fsync it,
 // rename it over state.log, fsync the directory. Always fsynced whatever
 // the sync mode: a rename of unsynced data over good data could lose both
-// in a power cut. Flusher only (or Open).
+// in a power cut. When the disk is full (the log filled it) and data fits
+// in the reserve's room, it deletes state.reserve and tries once more: the
+// rename then frees the log's dead records. Flusher only (or Open).
 func (s *Store) compact(data []byte) error {
+	err := s.writeSnapshot(data)
+	if err != nil && noSpace(err) && s.releaseReserve(len(data)) {
+		s.log.Warn("state disk full; writing the snapshot into the reserve's room", "snapshot_bytes", len(data))
+		err = s.writeSnapshot(data)
+	}
+	return err
+}
+
+// writeSnapshot is one attempt of compact.
+func (s *Store) writeSnapshot(data []byte) error {
 	tmp := filepath.Join(s.opts.Dir, tmpName)
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("compact: %w", err)
 	}
-	_, err = f.Write(data)
-	s.bytesWritten.Add(int64(len(data)))
+	n, err := f.Write(data)
+	s.bytesWritten.Add(int64(n))
 	if err == nil {
 		s.fsyncs.Add(1)
 		err = f.Sync()

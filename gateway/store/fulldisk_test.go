@@ -1,0 +1,137 @@
+//go:build linux
+
+package store
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// mountTmpfs mounts a tmpfs of size (e.g. "512k") on a new directory and
+// unmounts it at cleanup. Root only (CI runs as root).
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// lockedBuffer is a log sink the flusher writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// When the log's own records fill the disk, the store refuses what it
+// cannot write; once the queued messages are removed (the live state is
+// small again) it writes the snapshot into state.reserve's room, the
+// rename frees the dead records, new records are kept again, the removed
+// messages stay removed after reopening, and the reserve is back.
+func TestStateRecoversFromFullDisk(t *testing.T) {
+	dir := filepath.Join(mountTmpfs(t, "512k"), "state")
+	var logs lockedBuffer
+	opts := Options{Dir: dir, Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	s, _, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	reserve := filepath.Join(dir, reserveName)
+	if fi, err := os.Stat(reserve); err != nil || fi.Size() != reserveSize {
+		t.Fatalf("state.reserve after Open: %v %v", fi, err)
+	}
+	if err := s.Wait(s.SessionPut("sub", SessionMeta{Expiry: time.Hour})); err != nil {
+		t.Fatal(err)
+	}
+
+	// Queue QoS 2 messages of 4 KB until one is refused.
+	payload := bytes.Repeat([]byte("q"), 4000)
+	var kept []uint64
+	var refusal error
+	for range 1000 {
+		seq, pos := s.QAdd("sub", Entry{Msg: Msg{Topic: "t", Payload: payload}, QoS: 2})
+		if refusal = s.Wait(pos); refusal != nil {
+			s.QDel("sub", seq) // the gateway drops what was not kept
+			break
+		}
+		kept = append(kept, seq)
+	}
+	if refusal == nil || len(kept) == 0 {
+		t.Fatalf("%d kept, refusal %v: the disk did not fill as planned", len(kept), refusal)
+	}
+	if !noSpace(refusal) {
+		t.Fatalf("refused with %v, want no space left on device", refusal)
+	}
+	// Full of live records: a small one is refused too.
+	seq, pos := s.QAdd("sub", Entry{Msg: Msg{Topic: "t", Payload: []byte("small")}, QoS: 2})
+	if err := s.Wait(pos); err == nil {
+		t.Fatal("a record was reported kept on a disk full of live records")
+	}
+	s.QDel("sub", seq)
+	// The handle is the snapshot's from Open; its failure names state.log.
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "state write failed") {
+			line = l
+			break
+		}
+	}
+	if !strings.Contains(line, filepath.Join(dir, logName)+":") {
+		t.Fatalf("the write failure must name %s:\n%s", logName, logs.String())
+	}
+
+	// The subscriber completes every message: the live state is tiny.
+	for _, seq := range kept {
+		s.QDel("sub", seq)
+	}
+	seq, pos = s.QAdd("sub", Entry{Msg: Msg{Topic: "t", Payload: []byte("after")}, QoS: 2})
+	if err := s.Wait(pos); err != nil {
+		st := s.Stats()
+		t.Fatalf("after %d completed messages (live %d B, log %d B on 512 KiB), a new record is refused: %v",
+			len(kept), st.LiveBytes, st.LogBytes, err)
+	}
+	if fi, err := os.Stat(reserve); err != nil || fi.Size() != reserveSize {
+		t.Fatalf("state.reserve after the recovery: %v %v", fi, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, st, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Sessions) != 1 || len(st.Sessions[0].Queue) != 1 || st.Sessions[0].Queue[0].Seq != seq {
+		t.Fatalf("after reopening: %+v, want session sub with only message %d queued", st.Sessions, seq)
+	}
+}
