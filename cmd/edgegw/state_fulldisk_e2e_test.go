@@ -87,6 +87,8 @@ func TestBinaryStateRecoversFromFullDisk(t *testing.T) {
 		t.Fatalf("after the subscriber drained all %d messages (live state %s bytes, log %s bytes on a 2 MiB disk), a new QoS 1 message is still not acknowledged: %v",
 			acked, e.metric("edgegw_state_live_bytes"), e.metric("edgegw_state_log_bytes"), tok.Error())
 	}
+	t.Logf("2 MiB tmpfs: %d messages of 4000 B acknowledged, then refused; after the drain and one new message: live %s B, log %s B",
+		acked, e.metric("edgegw_state_live_bytes"), e.metric("edgegw_state_log_bytes"))
 	testutil.Eventually(t, 10*time.Second, "the subscriber got the new message", func() bool {
 		return got.Load() >= int64(acked)+1
 	})

@@ -13,6 +13,8 @@
 //	LOCK                         flock(2)ed while a process has the store open
 //	state.log                    the log
 //	state.log.tmp                a snapshot being written; deleted at Open
+//	state.reserve                64 KiB of zeros: room held back for a snapshot on a full disk
+//	state.reserve.tmp            the reserve being written; renamed when whole
 //	state.log.corrupt-<unix ns>  a damaged or unreadable log, kept for inspection
 //
 // state.log starts with an 8-byte header
@@ -100,7 +102,14 @@
 //
 // A write that fails (a full disk) is cut off again and the waiters get
 // the error (the publisher is not acknowledged); the model keeps the
-// change and the next flush writes a snapshot. A failed fsync fails the
-// store for good (the kernel may have dropped the dirty pages): every
-// later waiter gets the error.
+// change and the next flush writes a snapshot. A write that fails with
+// ENOSPC tries that snapshot at once. When the log's own records fill the
+// disk the snapshot cannot be written beside it; if it fits in
+// state.reserve (its 64 KiB less 8 KiB of slack) the reserve is deleted
+// and the snapshot written into its room, and the rename frees the dead
+// records; the reserve is recreated after that compaction (or retried
+// once a minute). The reserve holds no state: a version that does not know
+// it ignores it, and its bytes are not in Stats.BytesWritten. A failed
+// fsync fails the store for good (the kernel may have dropped the dirty
+// pages): every later waiter gets the error.
 package store

@@ -120,6 +120,9 @@ func TestStateRecoversFromFullDisk(t *testing.T) {
 		t.Fatalf("after %d completed messages (live %d B, log %d B on 512 KiB), a new record is refused: %v",
 			len(kept), st.LiveBytes, st.LogBytes, err)
 	}
+	st := s.Stats()
+	t.Logf("512 KiB tmpfs: %d messages of 4000 B kept, then refused; after their removal live %d B, log %d B, %d compactions",
+		len(kept), st.LiveBytes, st.LogBytes, st.Compactions)
 	if fi, err := os.Stat(reserve); err != nil || fi.Size() != reserveSize {
 		t.Fatalf("state.reserve after the recovery: %v %v", fi, err)
 	}
@@ -127,11 +130,11 @@ func TestStateRecoversFromFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, st, err := Open(opts)
+	s, state, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Sessions) != 1 || len(st.Sessions[0].Queue) != 1 || st.Sessions[0].Queue[0].Seq != seq {
+	if st := state; len(st.Sessions) != 1 || len(st.Sessions[0].Queue) != 1 || st.Sessions[0].Queue[0].Seq != seq {
 		t.Fatalf("after reopening: %+v, want session sub with only message %d queued", st.Sessions, seq)
 	}
 }
