@@ -42,6 +42,7 @@ func noSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 func (s *Store) ensureReserve() {
 	path := filepath.Join(s.opts.Dir, reserveName)
 	if fi, err := os.Stat(path); err == nil && fi.Size() >= reserveSize {
+		os.Remove(filepath.Join(s.opts.Dir, reserveTmpName)) // one a crash interrupted
 		s.reserveOK = true
 		return
 	}
