@@ -96,7 +96,13 @@ func appendBody(b []byte, r *rec) []byte {
 			b = appendMsg(b, m.Will)
 		}
 		// Added after format version 1 shipped, at the end, so a record
-		// without it (written before) still decodes: OwnerKnown false.
+		// without it (written before) still decodes: OwnerKnown false. It
+		// stays unwritten while unknown: a compaction must not turn a
+		// session nobody owns yet into the anonymous user's (only "" could
+		// resume it then).
+		if !m.OwnerKnown {
+			return b
+		}
 		return appendStr(b, m.Owner)
 	case opSubPut:
 		s := &r.sub

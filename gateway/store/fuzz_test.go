@@ -1,7 +1,7 @@
 package store
 
 import (
-	"bytes"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -28,9 +28,14 @@ func FuzzScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		md := newModel()
 		res := scan(b, func(r rec) {
-			enc := appendRec(nil, &r)
-			if !bytes.Contains(b, enc[recHeaderSize:]) {
-				t.Fatalf("record %+v re-encodes to bytes not in the input", r)
+			// What was read survives being written and read again. (Not
+			// "re-encodes to the same bytes": an older record form, such
+			// as a session without its owner, reads fine and is written
+			// in the current one.)
+			var again []rec
+			scan(appendRec(nil, &r), func(r2 rec) { again = append(again, r2) })
+			if len(again) != 1 || !reflect.DeepEqual(again[0], r) {
+				t.Fatalf("record %+v reads back as %+v", r, again)
 			}
 			md.apply(&r)
 		})

@@ -109,7 +109,10 @@ func frameSize(body int) int { return recHeaderSize + body }
 func sessHead(client string) int { return 1 + 2 + len(client) }
 
 func metaSize(client string, m *SessionMeta) int {
-	n := sessHead(client) + 25 + 2 + len(m.Owner)
+	n := sessHead(client) + 25
+	if m.OwnerKnown { // format.go: an unknown owner is not written
+		n += 2 + len(m.Owner)
+	}
 	if m.Will != nil {
 		n += msgSize(m.Will)
 	}

@@ -165,12 +165,21 @@ func TestCompactionBoundsTheLog(t *testing.T) {
 
 // TestSessionOwnerRecord: a session record keeps its owner; a record
 // written before owners were kept (no trailing owner field) still decodes,
-// with OwnerKnown false.
+// with OwnerKnown false, and is written again in that form (a compaction
+// must not make a session nobody owns yet the anonymous user's).
 func TestSessionOwnerRecord(t *testing.T) {
+	unknown := rec{op: opSessionPut, client: "c", meta: SessionMeta{Expiry: time.Hour}}
+	got, err := decodeBody(appendBody(nil, &unknown))
+	if err != nil || got.meta.OwnerKnown || got.meta.Expiry != time.Hour {
+		t.Fatalf("a session of unknown owner written again: %+v %v", got.meta, err)
+	}
+	if n := frameSize(len(appendBody(nil, &unknown))); n != metaSize("c", &unknown.meta) {
+		t.Fatalf("metaSize %d, encoded %d (unknown owner)", metaSize("c", &unknown.meta), n)
+	}
 	for _, m := range []SessionMeta{
-		{Expiry: time.Hour, Owner: "alice"},
-		{Expiry: time.Hour, Owner: ""}, // anonymous: known, empty
-		{Expiry: time.Hour, Owner: "bob", Will: &Msg{Topic: "w", Payload: []byte("x")}, WillAt: 5},
+		{Expiry: time.Hour, Owner: "alice", OwnerKnown: true},
+		{Expiry: time.Hour, Owner: "", OwnerKnown: true}, // anonymous: known, empty
+		{Expiry: time.Hour, Owner: "bob", OwnerKnown: true, Will: &Msg{Topic: "w", Payload: []byte("x")}, WillAt: 5},
 	} {
 		r := rec{op: opSessionPut, client: "c", meta: m}
 		body := appendBody(nil, &r)
