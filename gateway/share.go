@@ -9,9 +9,10 @@ package gateway
 // message would be lost with a member that happened to go. So the ending
 // session's copies routed for a group alone (queued.share) go to another
 // member, in the order the session held them: in flight first, then
-// queued. A QoS 2 message past its PUBREC is the client's and stays; a
-// QoS 1/2 one still in flight may have reached the client, so it can
-// arrive twice in the group (at least once). A copy that also served a
+// queued. A QoS 2 message once sent is the client's and ends with its
+// session: the server MUST NOT send it to any other client
+// [MQTT-4.8.2-5]; a QoS 1 one still in flight may have reached the client,
+// so it can arrive twice in the group (at least once). A copy that also served a
 // non-shared subscription of the same session is that session's own and
 // ends with it. Restored after a restart, a queued message no longer knows
 // its group (the state store does not keep it) and ends with its session,
@@ -25,7 +26,8 @@ import "time"
 func (s *session) takeSharedLocked() []queued {
 	var out []queued
 	for _, id := range s.order {
-		if f := s.inflight[id]; f != nil && !f.released && f.q.share != "" {
+		// A QoS 2 message sent to this client stays with it [MQTT-4.8.2-5].
+		if f := s.inflight[id]; f != nil && f.q.qos < 2 && f.q.share != "" {
 			out = append(out, f.q)
 		}
 	}
