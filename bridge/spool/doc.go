@@ -64,9 +64,10 @@
 // that does not read is damage, and the records behind it decide: if any
 // validates under this format, the header is rewritten and nothing else is
 // lost (a flipped version byte, version 0 which nothing wrote). Only a
-// header with our magic, zero reserved bytes and a higher version, with no
-// record behind it that reads, makes Open fail with ErrUnknownVersion and
-// touch nothing: a newer format is not guessed at.
+// header with our magic, zero reserved bytes and a higher version, followed
+// by bytes of which no record reads, makes Open fail with ErrUnknownVersion
+// and touch nothing: a newer format is not guessed at. A header alone
+// holds nothing to misread: a higher version there is damage.
 //
 // # Durability contract
 //

@@ -276,8 +276,9 @@ func parseAckLog(b []byte) (ackLog, error) {
 		a.good++
 		rs = append(rs, rg)
 	}
-	if newer != 0 && a.good == 0 {
+	if newer != 0 && a.good == 0 && len(b) > ackHeaderSize {
 		// Nothing reads as our format behind a header naming a newer one.
+		// A header alone holds no acknowledgement to misread: damage.
 		return ackLog{}, fmt.Errorf("%w %d in acks.log", ErrUnknownVersion, newer)
 	}
 	a.torn = int64(len(b) - off)

@@ -268,9 +268,10 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 		off += n
 	}
 
-	if good == 0 && newer != 0 && res.ioErr == nil {
+	if good == 0 && newer != 0 && res.ioErr == nil && r.size > segHeaderSize {
 		// Nothing reads as our format behind a header naming a newer one:
-		// a newer edgegw's file. Not guessed at, not touched.
+		// a newer edgegw's file. Not guessed at, not touched. A header
+		// alone holds no message of any version: damage.
 		f.Close()
 		return loadResult{}, fmt.Errorf("%w %d", ErrUnknownVersion, newer)
 	}
