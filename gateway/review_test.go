@@ -93,7 +93,10 @@ func TestNoDeadlockFlowControlAndFailingSink(t *testing.T) {
 	// Receive Maximum above what it sends (the broker enforces it).
 	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxInflight: 1, ReceiveMaximum: 65535, MaxQueuedMessages: 4})
 	sink := &failingSink{}
-	defer sink.wg.Wait()
+	// The broker first: its readers may still be handing the flood's last
+	// messages to the sink (wg.Add) when the test returns, and a
+	// WaitGroup must not be waited on while it can still be added to.
+	defer func() { b.stop(); sink.wg.Wait() }()
 	b.srv.AddSink("cloud", "s", sink)
 	rc := rawDial(t, b.addr, packet.V5)
 	rc.hook = autoAck // set before the reader starts
