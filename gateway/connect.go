@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
@@ -152,7 +151,7 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	// than limits.max_packet_size either ("accepted or sent"): a message a
 	// bridge brought in was never held to it on its way in.
 	if o.MaxPacketSize > 0 {
-		c.maxOut = uint32(min(o.MaxPacketSize, math.MaxUint32))
+		c.maxOut = uint32(o.MaxPacketSize) // at most 256 MiB (internal/config), so it fits
 	}
 	c.window = o.MaxInflight
 	if c.version == packet.V5 {
