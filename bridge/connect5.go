@@ -171,7 +171,7 @@ func (b *Bridge) subscribeAll5(ctx context.Context, s *uplink5) error {
 	if len(subs) > 0 {
 		var opts []paho.SubscribeOptions
 		for f, q := range subs {
-			opts = append(opts, paho.SubscribeOptions{Topic: f, QoS: q, NoLocal: true})
+			opts = append(opts, paho.SubscribeOptions{Topic: f, QoS: q, NoLocal: true, RetainAsPublished: true}) // a retained command stays retained locally (3.1.1: the bridge flag)
 		}
 		slices.SortFunc(opts, func(a, b paho.SubscribeOptions) int { return cmpString(a.Topic, b.Topic) })
 		if _, err := s.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: opts}); err != nil {
