@@ -2,16 +2,12 @@ package listeners_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edgegw/edgegw/gateway"
-	"github.com/edgegw/edgegw/gateway/auth"
-	"github.com/edgegw/edgegw/listeners"
 )
 
 // TestCNListenerOtherUserAllowAnonymous: docs/listeners.md says a client
@@ -22,21 +18,7 @@ import (
 // user name alice got in as alice and took alice's ACL rules. It is
 // refused (4 / 0x86).
 func TestCNListenerOtherUserAllowAnonymous(t *testing.T) {
-	p := newPKI(t)
-	cert, key, _ := p.issue("server", "gw", 1, true)
-	_, _, client := p.issue("client", "sensor-17", 2, false)
-	cfg, _, err := listeners.TLSConfig(cert, key, p.file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl := filepath.Join(t.TempDir(), "acl")
-	if err := os.WriteFile(acl, []byte("user alice\ntopic readwrite alice/#\nuser sensor-17\ntopic readwrite sensor-17/#\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	files := &auth.Files{ACLFile: acl}
-	if err := files.Load(); err != nil {
-		t.Fatal(err)
-	}
+	p, cfg, client, files := cnAuthRig(t)
 	h := newHarness(t, gateway.Options{AllowAnonymous: true, Authenticator: files, Authorizer: files})
 	mtls := "tls://" + h.tcp(cfg, true)
 	c, err := pahoConnect(t, mtls, "intruder", func(o *mqtt.ClientOptions) {

@@ -1,6 +1,7 @@
 package listeners_test
 
 import (
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,21 +22,7 @@ import (
 // client got in as any user, with that user's ACL rules. The same with an
 // ACL file (an Authenticator that has no passwords) and without one.
 func TestCNOnlyAuthentication(t *testing.T) {
-	p := newPKI(t)
-	cert, key, _ := p.issue("server", "gw", 1, true)
-	_, _, client := p.issue("client", "sensor-17", 2, false)
-	cfg, _, err := listeners.TLSConfig(cert, key, p.file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl := filepath.Join(t.TempDir(), "acl")
-	if err := os.WriteFile(acl, []byte("user alice\ntopic readwrite alice/#\nuser sensor-17\ntopic readwrite sensor-17/#\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	files := &auth.Files{ACLFile: acl}
-	if err := files.Load(); err != nil {
-		t.Fatal(err)
-	}
+	p, cfg, client, files := cnAuthRig(t)
 	for _, tc := range []struct {
 		name string
 		opts gateway.Options
@@ -68,4 +55,27 @@ func TestCNOnlyAuthentication(t *testing.T) {
 			pubSub(t, s1, s2, "sensor-17/x", 2)
 		})
 	}
+}
+
+// cnAuthRig is the CN tests' setup: a PKI, a server TLS config that asks
+// for client certificates, the certificate of device sensor-17, and auth
+// files with an ACL for alice and sensor-17 and no password file.
+func cnAuthRig(t *testing.T) (*pki, *tls.Config, tls.Certificate, *auth.Files) {
+	t.Helper()
+	p := newPKI(t)
+	cert, key, _ := p.issue("server", "gw", 1, true)
+	_, _, client := p.issue("client", "sensor-17", 2, false)
+	cfg, _, err := listeners.TLSConfig(cert, key, p.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acl := filepath.Join(t.TempDir(), "acl")
+	if err := os.WriteFile(acl, []byte("user alice\ntopic readwrite alice/#\nuser sensor-17\ntopic readwrite sensor-17/#\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := &auth.Files{ACLFile: acl}
+	if err := files.Load(); err != nil {
+		t.Fatal(err)
+	}
+	return p, cfg, client, files
 }
