@@ -15,7 +15,7 @@ OUT=${OUT:-docs}
 UP_FOR=${UP_FOR:-60}     # seconds of traffic before the outage
 DOWN_FOR=${DOWN_FOR:-60} # seconds of outage
 AFTER=${AFTER:-40}       # seconds after the uplink is back
-SIZE=${SIZE:-360,2900}   # a narrow phone's CSS width, and the page's height
+SIZE=${SIZE:-360,2500}   # a narrow phone's CSS width, and the page's height
 
 T=$(mktemp -d)
 pids=""
