@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/status"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/internal/config"
-	"github.com/edgegw/edgegw/internal/status"
 	"github.com/edgegw/edgegw/listeners"
 )
 
