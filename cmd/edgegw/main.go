@@ -25,20 +25,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/edgegw/edgegw/internal/config"
-)
-
-// Set at build time: go build -ldflags "-X main.version=... -X main.commit=..."
-// (see the Makefile). Plain builds fall back to the module's build info.
-var (
-	version = "dev"
-	commit  = "unknown"
 )
 
 // Exit statuses.
@@ -323,80 +314,4 @@ func stopOnSignal(log *slog.Logger) (ctx context.Context, stop func()) {
 		<-done
 		signal.Stop(sigs)
 	}
-}
-
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("version", stdout, stderr)
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
-	}
-	fmt.Fprintf(stdout, "edgegw %s commit %s %s %s\n", buildVersion(), buildCommit(), runtime.Version(), platform())
-	return exitOK
-}
-
-// platform is GOOS/GOARCH, with the ARM version of 32-bit ARM builds from
-// the build info: "linux/arm (GOARM=6)". ARMv6 (Pi Zero, Pi 1) and ARMv7
-// builds are otherwise indistinguishable.
-func platform() string {
-	p := runtime.GOOS + "/" + runtime.GOARCH
-	if runtime.GOARCH != "arm" {
-		return p
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return p + goarmSuffix(bi.Settings)
-	}
-	return p
-}
-
-// goarmSuffix is " (GOARM=v)" from the GOARM build setting, or "".
-func goarmSuffix(settings []debug.BuildSetting) string {
-	for _, s := range settings {
-		if s.Key == "GOARM" && s.Value != "" {
-			return " (GOARM=" + s.Value + ")"
-		}
-	}
-	return ""
-}
-
-// buildVersion is -X main.version, else the module version from the build
-// info (set by go install module@version), else "dev".
-func buildVersion() string {
-	if version != "dev" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return version
-}
-
-// buildCommit is -X main.commit, else the VCS revision stamped by go build
-// (12 hex digits, "-dirty" when modified), else "unknown".
-func buildCommit() string {
-	if commit != "unknown" {
-		return commit
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return commit
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return commit
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
 }
