@@ -104,6 +104,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if c, ok := findCommand(args[0]); ok {
 		return c.fn(args[1:], stdout, stderr)
 	}
+	if args[0] == "man" { // hidden: the package build makes edgegw(1) with it (man.go)
+		return cmdMan(args[1:], stdout, stderr)
+	}
 	fmt.Fprintf(stderr, "edgegw: unknown command %q (see edgegw help)\n", args[0])
 	return exitUsage
 }
