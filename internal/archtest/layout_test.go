@@ -12,8 +12,9 @@ import (
 	"testing"
 )
 
-// A layoutRule is one "never" of the layout in DESIGN.md: the packages it
-// constrains and the dependencies they must not have.
+// A layoutRule is one "never" of the layout (docs/design.md, "Dependencies
+// point one way"): the packages it constrains and the dependencies they
+// must not have.
 type layoutRule struct {
 	rule    string                // the rule, as a reviewer reads it
 	applies func(p *pkg) bool     // the packages it constrains
@@ -159,8 +160,8 @@ func checkLayout(pkgs map[string]*pkg) []string {
 	return problems
 }
 
-// TestLayout holds every "never" of DESIGN.md's layout on the module as it
-// is built (test files excluded).
+// TestLayout holds every "never" of the layout (docs/design.md) on the
+// module as it is built (test files excluded).
 func TestLayout(t *testing.T) {
 	pkgs, _ := modulePackages(t)
 	for _, want := range []string{"gateway", "gateway/packet", "gateway/topics", "listeners", "devices/framing", "bridge", "internal/config", "internal/sockio", "cmd/edgegw/internal/metrics", "cmd/edgegw/internal/status"} {
