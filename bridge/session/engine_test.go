@@ -174,7 +174,7 @@ func TestFlowsIntoMosquitto(t *testing.T) {
 					}
 				}
 				testutil.Eventually(t, 30*time.Second, "every record acked", func() bool { return len(store.Acked()) == n })
-				testutil.Eventually(t, 30*time.Second, "every message received", func() bool { return s.has("m" + strconv.Itoa(n)) && s.has("m"+strconv.Itoa(n-1)) })
+				testutil.Eventually(t, 30*time.Second, "every message received", func() bool { return s.has("m"+strconv.Itoa(n)) && s.has("m"+strconv.Itoa(n-1)) })
 				for rec := 1; rec <= n; rec++ {
 					got := s.count("m" + strconv.Itoa(rec))
 					if got == 0 || (rec%2 == 0 && got != 1) {
