@@ -117,6 +117,7 @@ type Flow struct {
 	// Under the engine's mu:
 	pub      *packet.Publish // nil for a flow restored from the Store, until loaded
 	released bool            // PUBREC received: re-sent as PUBREL
+	ending   bool            // acknowledgedUpstream is removing its record
 	sent     time.Time       // when it was last queued for the wire
 
 	// Written once before done is closed.
@@ -248,13 +249,25 @@ func (e *Engine) removeLocked(f *Flow) bool {
 // removes the record from the spool (Store.Ack); a permanent refusal
 // drops it (Store.Drop); a temporary one keeps it, to be sent again.
 // Nothing else removes a record.
+//
+// The record leaves the spool while its flow is still registered, so a
+// sender that asks to publish the record meanwhile gets the flow, never
+// a second PUBLISH under an id the peer has just completed.
 func (e *Engine) acknowledgedUpstream(f *Flow, rc byte) {
 	e.mu.Lock()
-	ok := e.removeLocked(f)
-	e.mu.Unlock()
-	if !ok {
+	if e.byRec[f.Rec] != f || f.ending {
+		e.mu.Unlock()
 		return
 	}
+	f.ending = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.removeLocked(f)
+		e.mu.Unlock()
+		f.reason = rc
+		close(f.done)
+	}()
 	var err error
 	switch {
 	case rc < 0x80:
@@ -265,8 +278,6 @@ func (e *Engine) acknowledgedUpstream(f *Flow, rc byte) {
 	if err != nil {
 		e.log.Error("spool: remove acknowledged record", "id", f.Rec, "err", err)
 	}
-	f.reason = rc
-	close(f.done)
 }
 
 // resetLocked ends every flow without an answer: the peer has no
