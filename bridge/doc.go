@@ -41,6 +41,30 @@
 //	wireid.go                         packet ids on the wire (paho's are
 //	                                  rewritten; paho.golang sends ours)
 //
+// # The session engine (experimental, not wired in yet)
+//
+// Beside today's uplink, which steers paho and paho.golang from outside,
+// the uplink's own session engine is being built in two packages that
+// depend one way (session -> wire -> gateway/packet, paho's packets):
+//
+//	wire/      the wire: a packet-level connection over a net.Conn, one
+//	           writer goroutine, a control lane (PINGREQ, acks) written
+//	           before queued publishes, write_timeout on every chunk
+//	session/   the engine: packet ids, flows of both directions, the
+//	           window, resume by session present, keepalive, the ack
+//	           watchdog; its durable state through a small Store, which
+//	           the spool implements (spool/session.go, session.log)
+//
+// One engine speaks one packet type, gateway/packet's: MQTT 5 is
+// encoded and decoded by gateway/packet itself (the project's fuzzed,
+// symmetric codec with golden tests, so the client side, CONNECT and
+// SUBSCRIBE out and CONNACK and SUBACK in, is the code the broker side
+// already trusts), and MQTT 3.1.1 by paho's public packets package, which
+// the design names, through a field-for-field adapter (wire/codec311.go).
+// paho.golang's packets would have given the engine a second set of
+// types to switch on for the same flows. "Acknowledged upstream" is
+// decided in one place there, session.Engine.acknowledgedUpstream.
+//
 // "Session" is the MQTT session only (the state client and broker keep
 // across connections); one connection is an uplink.
 //
