@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,29 +17,6 @@ import (
 
 	"github.com/edgegw/edgegw/internal/testutil"
 )
-
-// freePort returns a 127.0.0.1 address nobody listens on right now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	// Below the kernel's ephemeral range (32768-60999 here): a port the
-	// tests give up and take again (a cloud broker restarted) is never
-	// handed meanwhile to another process's bind(":0") or outgoing
-	// connection. Seen in full-suite runs: a restarted mosquitto could not
-	// bind, something else answered on its port, and the bridge delivered
-	// its backlog there.
-	for range 200 {
-		port := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr
-	}
-	t.Fatal("no free port in 20000-32000")
-	return ""
-}
 
 // waitListening waits (at most 10 s) until addr accepts a TCP connection.
 func waitListening(t *testing.T, addr string) {
@@ -112,27 +87,15 @@ func startEdgegw(t *testing.T, bin string, args ...string) *gatewayProc {
 // talks to it with mosquitto_sub/mosquitto_pub, then checks /metrics,
 // /healthz, SIGHUP reload and a clean SIGTERM stop.
 func TestBinaryWithMosquittoClients(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	for _, tool := range []string{"mosquitto_pub", "mosquitto_sub"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s not installed (make test installs mosquitto-clients): %v", tool, err)
 		}
 	}
-	bin := buildEdgegw(t)
-	addr, maddr := freePort(t), freePort(t)
-	host, port, _ := net.SplitHostPort(addr)
-	cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-log: {level: info}
-listeners:
-  - {name: lan, type: tcp, address: "%s"}
-metrics: {address: "%s"}
-`, addr, maddr)), 0o600)
-	g := startEdgegw(t, bin, "--config", cfg)
-	waitListening(t, addr)
-
+	g := newHarness(t)
+	g.Cfg.Log = &logConf{Level: "info"}
+	g.Start()
+	host, port := hostPort(g.Addr)
 	for _, v := range []string{"mqttv31", "mqttv311", "mqttv5"} {
 		t.Run(v, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -147,41 +110,20 @@ metrics: {address: "%s"}
 		})
 	}
 
-	resp, err := http.Get("http://" + maddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	if _, ok := g.MetricsMap()["edgegw_messages_received_total"]; !ok {
+		t.Fatalf("/metrics lacks edgegw counters: %v", g.MetricsMap())
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "edgegw_messages_received_total") {
-		t.Fatalf("/metrics lacks edgegw counters:\n%.500s", body)
+	if code, body := g.Healthz(); code != 200 {
+		t.Fatalf("/healthz: %d %s", code, body)
 	}
-	resp, err = http.Get("http://" + maddr + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/healthz: %v %v", err, resp)
-	}
-	resp.Body.Close()
 
 	// SIGHUP with a changed log level reloads without dropping the listener.
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-log: {level: debug}
-listeners:
-  - {name: lan, type: tcp, address: "%s"}
-metrics: {address: "%s"}
-`, addr, maddr)), 0o600)
-	g.cmd.Process.Signal(syscall.SIGHUP)
-	testutil.Eventually(t, 10*time.Second, "reload logged", func() bool { return strings.Contains(g.logs(), "log_level=debug") })
-
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-g.done:
-		g.done <- err // for cleanup
-		if err != nil {
-			t.Fatalf("edgegw exited with %v after SIGTERM", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("edgegw did not stop on SIGTERM")
+	g.Cfg.Log.Level = "debug"
+	g.Reload()
+	if !strings.Contains(g.Logs(), "log_level=debug") {
+		t.Fatalf("reload did not log the new level")
 	}
+	g.Stop()
 }
 
 func TestPasswdCommand(t *testing.T) {
@@ -235,36 +177,31 @@ func TestPasswdCommand(t *testing.T) {
 	}
 }
 
-// publishUntilPrinted starts sub (a mosquitto_sub that prints one message
-// and exits) and runs pub every 300 ms until sub has printed, whose
-// SUBSCRIBE cannot be seen from here; it returns what sub printed.
-func publishUntilPrinted(t *testing.T, sub *exec.Cmd, pub func() *exec.Cmd, within time.Duration) string {
+// startMosquitto runs Debian's mosquitto as the cloud broker on addr with
+// its persistence in dir, so a persistent subscriber's session survives a
+// restart of the cloud broker (Stop saves it; a later startMosquitto on the
+// same dir loads it).
+func startMosquitto(t *testing.T, addr, dir string) *testutil.Mosquitto {
 	t.Helper()
-	out, err := sub.StdoutPipe()
+	_, port, _ := net.SplitHostPort(addr)
+	p, err := strconv.Atoi(port)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("mosquitto address %q: %v", addr, err)
 	}
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1)
+	conf := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\n", port, dir)
+	return testutil.StartMosquitto(t, conf, p)
+}
+
+// subscribeUpstream runs mosquitto_sub on the upstream until it has n
+// messages and returns its output lines.
+func subscribeUpstream(ctx context.Context, t *testing.T, addr, topic string, n int) <-chan []string {
+	host, port, _ := net.SplitHostPort(addr)
+	out := make(chan []string, 1)
+	cmd := exec.CommandContext(ctx, "mosquitto_sub", "-h", host, "-p", port, "-t", topic, "-v", "-q", "1",
+		"-C", fmt.Sprint(n), "-i", "cloud-reader", "-c") // persistent: nothing is missed while we reconnect
 	go func() {
-		b, _ := io.ReadAll(out)
-		lines <- string(b)
+		b, _ := cmd.Output()
+		out <- strings.Split(strings.TrimSpace(string(b)), "\n")
 	}()
-	deadline := time.After(within)
-	for {
-		p := pub()
-		if b, err := p.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", p.Args, err, b)
-		}
-		select {
-		case got := <-lines:
-			sub.Wait()
-			return got
-		case <-time.After(300 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("%v printed nothing within %s", sub.Args, within)
-		}
-	}
+	return out
 }

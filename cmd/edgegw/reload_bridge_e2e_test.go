@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,50 +17,6 @@ import (
 
 	"github.com/edgegw/edgegw/internal/testutil"
 )
-
-// seen collects the messages an MQTT client received, by topic.
-type seen struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (s *seen) handler(_ mqtt.Client, m mqtt.Message) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = make(map[string]string)
-	}
-	s.m[m.Topic()] = string(m.Payload())
-}
-
-func (s *seen) has(topic string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.m[topic]
-	return ok
-}
-
-// mqttClient connects a paho client to addr; persistent sessions
-// reconnect by themselves.
-func mqttClient(t *testing.T, addr, id string, persistent bool) mqtt.Client {
-	t.Helper()
-	o := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
-		SetCleanSession(!persistent).SetAutoReconnect(persistent).
-		SetMaxReconnectInterval(200 * time.Millisecond).SetResumeSubs(true)
-	c := mqtt.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("connect %s to %s: %v", id, addr, tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(50) })
-	return c
-}
-
-func mustToken(t *testing.T, what string, tok mqtt.Token) {
-	t.Helper()
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("%s: %v", what, tok.Error())
-	}
-}
 
 // TestReloadBridgeRules (issue 15, point 1): SIGHUP changes a running
 // bridge's topic rules with the real binary and a real mosquitto upstream.

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -125,22 +124,4 @@ auth: {allow_anonymous: false, password_file: %s, acl_file: %s}
 			t.Fatalf("3 filters under max_subscriptions 2: %q", out)
 		}
 	})
-}
-
-// lockedBuffer is an io.Writer safe to read while another goroutine writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
