@@ -346,8 +346,12 @@ func (g *harness) Launch() {
 	} else {
 		cmd = exec.Command(bin, "--config", g.ConfigPath)
 	}
-	g.proc = startProcess(g.t, cmd, g.Prepare)
-	g.runs = append(g.runs, g.proc)
+	p := startProcess(g.t, cmd, g.Prepare)
+	g.proc = p
+	g.runs = append(g.runs, p)
+	// Registered now, so it runs before the cleanups of what the test
+	// set up earlier (a directory to remove, a mount to undo).
+	g.t.Cleanup(func() { p.end(syscall.SIGKILL) })
 }
 
 // WaitReady waits for the "edgegw started" line: every listener and the
@@ -411,10 +415,8 @@ func (g *harness) Restart() {
 	g.Start()
 }
 
+// cleanup prints the log of every run of a failed test.
 func (g *harness) cleanup() {
-	for _, p := range g.runs {
-		p.end(syscall.SIGKILL)
-	}
 	if g.t.Failed() {
 		for i, p := range g.runs {
 			g.t.Logf("edgegw log (run %d of %d):\n%s", i+1, len(g.runs), p.logs())
