@@ -24,16 +24,6 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
-// reset closes every connection through the proxy (an uplink reset).
-func (p *delayProxy) reset() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 // payloadPrefix starts the payloads of the chaos test's topics.
 func payloadPrefix(topic string) string {
 	if strings.HasPrefix(topic, "stale/") {
