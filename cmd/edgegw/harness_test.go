@@ -637,6 +637,79 @@ func (c *cloud) Subscribe(ctx context.Context, topic string, n int) <-chan []str
 	return out
 }
 
+// cloudReader is mosquitto_sub on the cloud broker (client id
+// cloud-reader, QoS 1, -v): every line it printed, "topic payload". A
+// mosquitto client, not a Go one: a subscriber that falls far behind a
+// fast drain has messages dropped by mosquitto itself (seen under -race
+// on a loaded machine), which the test would count as lost.
+type cloudReader struct {
+	mu    sync.Mutex
+	lines map[string]bool
+}
+
+// Reader starts a cloudReader on topics and returns once it is
+// subscribed: once a probe/ message it publishes comes back.
+func (c *cloud) Reader(t testing.TB, topics ...string) *cloudReader {
+	t.Helper()
+	host, port := hostPort(c.Addr)
+	args := []string{"-h", host, "-p", port, "-i", "cloud-reader", "-q", "1", "-v", "-t", "probe/#"}
+	for _, tp := range topics {
+		args = append(args, "-t", tp)
+	}
+	cmd := exec.Command("mosquitto_sub", args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("mosquitto_sub: %v", err)
+	}
+	r := &cloudReader{lines: map[string]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			r.mu.Lock()
+			r.lines[sc.Text()] = true
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done; cmd.Wait() })
+	prober := c.Client(t, "cloud-prober")
+	testutil.Eventually(t, 10*time.Second, "the cloud reader subscribed", func() bool {
+		mustToken(t, "probe", prober.Publish("probe/x", 1, false, "p"))
+		return r.Count("probe/x ") > 0
+	})
+	return r
+}
+
+// Count is how many distinct lines start with prefix.
+func (r *cloudReader) Count(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for l := range r.lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// Payloads is the set of payloads received on anything but probe/.
+func (r *cloudReader) Payloads() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for l := range r.lines {
+		if topic, payload, _ := strings.Cut(l, " "); !strings.HasPrefix(topic, "probe/") {
+			out[payload] = true
+		}
+	}
+	return out
+}
+
 // mqttClient connects a paho client to addr; a persistent session
 // reconnects by itself. It disconnects when the test ends.
 func mqttClient(t testing.TB, addr, id string, persistent bool) mqtt.Client {
