@@ -83,49 +83,6 @@ func startEdgegw(t *testing.T, bin string, args ...string) *gatewayProc {
 	return g
 }
 
-// TestBinaryWithMosquittoClients runs the real binary with a config and
-// talks to it with mosquitto_sub/mosquitto_pub, then checks /metrics,
-// /healthz, SIGHUP reload and a clean SIGTERM stop.
-func TestBinaryWithMosquittoClients(t *testing.T) {
-	for _, tool := range []string{"mosquitto_pub", "mosquitto_sub"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not installed (make test installs mosquitto-clients): %v", tool, err)
-		}
-	}
-	g := newHarness(t)
-	g.Cfg.Log = &logConf{Level: "info"}
-	g.Start()
-	host, port := hostPort(g.Addr)
-	for _, v := range []string{"mqttv31", "mqttv311", "mqttv5"} {
-		t.Run(v, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			sub := exec.CommandContext(ctx, "mosquitto_sub", "-h", host, "-p", port, "-V", v, "-t", "#", "-v", "-C", "1", "-W", "15", "-q", "2")
-			got := publishUntilPrinted(t, sub, func() *exec.Cmd {
-				return exec.CommandContext(ctx, "mosquitto_pub", "-h", host, "-p", port, "-V", v, "-t", "a/b", "-m", "hi", "-q", "2")
-			}, 15*time.Second)
-			if strings.TrimSpace(got) != "a/b hi" {
-				t.Fatalf("mosquitto_sub printed %q", got)
-			}
-		})
-	}
-
-	if _, ok := g.MetricsMap()["edgegw_messages_received_total"]; !ok {
-		t.Fatalf("/metrics lacks edgegw counters: %v", g.MetricsMap())
-	}
-	if code, body := g.Healthz(); code != 200 {
-		t.Fatalf("/healthz: %d %s", code, body)
-	}
-
-	// SIGHUP with a changed log level reloads without dropping the listener.
-	g.Cfg.Log.Level = "debug"
-	g.Reload()
-	if !strings.Contains(g.Logs(), "log_level=debug") {
-		t.Fatalf("reload did not log the new level")
-	}
-	g.Stop()
-}
-
 func TestPasswdCommand(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "passwd")
 	r, w, _ := os.Pipe()

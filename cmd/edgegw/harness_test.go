@@ -407,6 +407,18 @@ func (g *harness) Kill() {
 	g.proc.end(syscall.SIGKILL)
 }
 
+// WaitExit waits (at most 20 s) for the process to end by itself, and
+// returns its exit status.
+func (g *harness) WaitExit() int {
+	g.t.Helper()
+	select {
+	case <-g.proc.done:
+	case <-time.After(20 * time.Second):
+		g.t.Fatal("edgegw did not exit")
+	}
+	return g.proc.cmd.ProcessState.ExitCode()
+}
+
 // Restart stops the process with SIGTERM and starts it again on the same
 // config and files.
 func (g *harness) Restart() {
