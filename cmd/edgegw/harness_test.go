@@ -375,6 +375,9 @@ func (g *harness) WaitLog(s string) {
 	testutil.Eventually(g.t, 20*time.Second, fmt.Sprintf("log line %q", s), func() bool { return strings.Contains(g.Logs(), s) })
 }
 
+// Pid is the running process's id.
+func (g *harness) Pid() int { return g.proc.cmd.Process.Pid }
+
 // Signal sends sig to the running process.
 func (g *harness) Signal(sig os.Signal) { g.proc.cmd.Process.Signal(sig) }
 
