@@ -5,13 +5,11 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,57 +79,6 @@ func startEdgegw(t *testing.T, bin string, args ...string) *gatewayProc {
 		}
 	})
 	return g
-}
-
-func TestPasswdCommand(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "passwd")
-	r, w, _ := os.Pipe()
-	old := os.Stdin
-	os.Stdin = r
-	defer func() { os.Stdin = old }()
-	w.WriteString("s3cret\n")
-	w.Close()
-	code, out, errOut := call(t, "passwd", file, "alice")
-	if code != 0 {
-		t.Fatalf("passwd exit %d: %s %s", code, out, errOut)
-	}
-	b, _ := os.ReadFile(file)
-	if !strings.HasPrefix(string(b), "alice:$2") {
-		t.Fatalf("password file = %q", b)
-	}
-	if code, _, _ := call(t, "passwd", file); code != exitUsage {
-		t.Fatalf("passwd with one arg exit %d, want %d", code, exitUsage)
-	}
-
-	// Changing a password keeps the file's owner, group and mode (the
-	// admin made it readable by the gateway's group). Needs root to chown.
-	if os.Geteuid() != 0 {
-		t.Fatal("this test runs as root (make test does) to chown the password file")
-	}
-	if err := os.Chown(file, 4242, 4343); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(file, 0o604); err != nil {
-		t.Fatal(err)
-	}
-	r2, w2, _ := os.Pipe()
-	os.Stdin = r2
-	w2.WriteString("n3w\n")
-	w2.Close()
-	if code, out, errOut := call(t, "passwd", file, "bob"); code != 0 {
-		t.Fatalf("passwd bob exit %d: %s %s", code, out, errOut)
-	}
-	st, err := os.Stat(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := st.Sys().(*syscall.Stat_t)
-	if sys.Uid != 4242 || sys.Gid != 4343 || st.Mode().Perm() != 0o604 {
-		t.Errorf("after passwd: uid %d gid %d mode %o, want 4242 4343 604", sys.Uid, sys.Gid, st.Mode().Perm())
-	}
-	if b, _ := os.ReadFile(file); !strings.Contains(string(b), "alice:$2") || !strings.Contains(string(b), "bob:$2") {
-		t.Errorf("password file = %q", b)
-	}
 }
 
 // startMosquitto runs Debian's mosquitto as the cloud broker on addr with
