@@ -8,7 +8,7 @@ package bridge
 // (Rejected: the publisher got a negative acknowledgement, or for QoS 0
 // nothing), which is outside the equation and counted since the start.
 // cmd/edgegw publishes it on /metrics, /ledger and, retained, below
-// $SYS/bridge/<name>/ledger (internal/metrics).
+// $SYS/bridge/<name>/ledger (cmd/edgegw/internal/metrics).
 
 import (
 	"errors"

@@ -5,7 +5,9 @@
 #                         amd64) and SHA256SUMS, all under dist/
 #   make deb              only the .deb packages (DEB_ARCHS, default all)
 #   make test-packaging   build the amd64 .deb and check it: lintian,
-#                         contents, an install into a throwaway root
+#                         contents (with edgegw(1), made by `edgegw man`
+#                         from the --help text), an install into a
+#                         throwaway root
 #   make dist-clean       remove dist/
 #
 # The work is in scripts/build-dist.sh; nfpm runs through `go run` pinned to

@@ -70,9 +70,19 @@ build_bin() {
 		-o "$out" ./cmd/edgegw
 }
 
-# stage_docs DIR: the files nfpm takes from outside the source tree.
+# Fixed file times (and the man page's date): the same commit gives the
+# same package.
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+export SOURCE_DATE_EPOCH
+
+# stage_docs DIR: the files nfpm takes from outside the source tree: the
+# Debian changelog, and edgegw(1), which the binary prints from its own
+# --help text (`edgegw man`, run for the build machine).
 stage_docs() {
 	mkdir -p "$1"
+	GOOS=$($GO env GOHOSTOS) GOARCH=$($GO env GOHOSTARCH) CGO_ENABLED=0 \
+		$GO run -ldflags "-X main.version=$VERSION -X main.commit=$COMMIT" ./cmd/edgegw man >"$1/edgegw.1"
+	gzip -9n "$1/edgegw.1"
 	date=$(git log -1 --format=%aD 2>/dev/null || date -R)
 	{
 		printf 'edgegw (%s-%s) unstable; urgency=medium\n\n' "$DEB_VERSION" "$DEB_REVISION"
@@ -89,8 +99,6 @@ build_deb() {
 	stage_docs "$stage"
 	out=$DIST_DIR/edgegw_${DEB_VERSION}-${DEB_REVISION}_${arch}.deb
 	echo "package $out"
-	# Fixed file times: the same commit gives the same package.
-	SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)} \
 	EDGEGW_BINARY=$bin EDGEGW_STAGE=$stage EDGEGW_DEB_ARCH=$arch \
 	EDGEGW_VERSION=$DEB_VERSION EDGEGW_RELEASE=$DEB_REVISION EDGEGW_MAINTAINER=$MAINTAINER \
 		$NFPM package --config packaging/nfpm.yaml --packager deb --target "$out"

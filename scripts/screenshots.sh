@@ -2,10 +2,12 @@
 # make screenshots: the status page in headless Debian chromium, while the
 # uplink is up, down and back. Runs the real binaries on free 127.0.0.1
 # ports: mosquitto as the cloud broker, edgegw with a TCP listener and a
-# serial listener on a socat pty pair fed by edgegw-sensor, a TCP
+# serial listener on a socat pty pair fed by `edgegw sensor`, a TCP
 # publisher and a v5 subscriber. Writes docs/status-page-*.png and prints
-# what status.json said in each state. Takes about 3 minutes (the charts
-# sample every 10 s).
+# what status.json said in each state; fails if the page says what it
+# should not (an alarm while the uplink keeps up, none while it is down, a
+# dead serial sensor, a count with the wrong plural after the page's own
+# refresh). Takes about 3 minutes (the charts sample every 10 s).
 set -eu
 
 GO=${GO:-go}
@@ -13,7 +15,7 @@ OUT=${OUT:-docs}
 UP_FOR=${UP_FOR:-60}     # seconds of traffic before the outage
 DOWN_FOR=${DOWN_FOR:-60} # seconds of outage
 AFTER=${AFTER:-40}       # seconds after the uplink is back
-SIZE=${SIZE:-412,2700}   # a phone's CSS width
+SIZE=${SIZE:-360,2500}   # a narrow phone's CSS width, and the page's height
 
 T=$(mktemp -d)
 pids=""
@@ -39,11 +41,23 @@ d=json.load(sys.stdin); b=d["bridges"][0]
 print("  bridge %s: %s since %s; last error: %s" % (b["name"], b["state"], b["since"], b["last_error_text"] or "none"))
 print("  backlog %d messages (%d B), in %s/s, drained %s/s, time to empty %s s; sent %d acked %d" % (b["backlog_messages"], b["backlog_bytes"], b["in_per_second"], b["drain_per_second"], b["time_to_empty_seconds"], b["sent"], b["acked"]))
 print("  clients: %s" % ", ".join(c["client_id"]+"@"+l["name"] for l in d["listeners"] for c in l["clients"]))
+print("  backlog state: %s" % b["backlog_state"])
 s=d["serial_links"][0]; print("  serial %s: %s, %d good frames, corrupt %s" % (s["device"], s["state"], s["frames_good"], s["frames_corrupt"]))'
+}
+expect() { # bridge-state backlog-state...: fail unless status.json says so
+	json | python3 -c '
+import json,sys
+d=json.load(sys.stdin); b=d["bridges"][0]; s=d["serial_links"][0]
+want_state, want_backlog = sys.argv[1], sys.argv[2:]
+bad = []
+if b["state"] != want_state: bad.append("bridge %s, want %s" % (b["state"], want_state))
+if b["backlog_state"] not in want_backlog: bad.append("backlog %s, want one of %s" % (b["backlog_state"], want_backlog))
+if s["state"] != "open" or s["frames_good"] == 0: bad.append("serial sensor: %s, %d good frames" % (s["state"], s["frames_good"]))
+if bad: sys.exit("status.json: " + "; ".join(bad))' "$@"
 }
 shot() { # name
 	chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
-		--disable-component-update --disable-sync --hide-scrollbars --user-data-dir="$T/chrome" \
+		--disable-component-update --disable-sync --hide-scrollbars --user-data-dir="$T/chrome-$1" \
 		--window-size="$SIZE" --screenshot="$OUT/status-page-$1.png" "http://127.0.0.1:$WEB/" 2>"$T/chromium.log" ||
 		{ cat "$T/chromium.log" >&2; exit 1; }
 	echo "wrote $OUT/status-page-$1.png"
@@ -60,11 +74,27 @@ check_refresh() {
 		{ cat "$T/chromium.log" >&2; exit 1; }
 	grep -q 'id="fresh" class=""' "$T/dom.html" ||
 		{ echo "live refresh: the page did not update itself from status.json" >&2; exit 1; }
-	echo "live refresh: the page updated itself from status.json"
+	# What the script wrote agrees with what the server writes: a count
+	# and its noun, the time to empty and its alarm.
+	python3 - "$T/dom.html" <<'EOP'
+import re, sys
+dom = open(sys.argv[1]).read()
+bad = []
+pairs = re.findall(r'data-k="([^"]+)"[^>]*>(\d+)</\w+> (?:[a-z]+ )?<span data-k="([^"]+)" data-f="noun" data-n="(\w+)">(\w+)</span>', dom)
+for k, n, k2, singular, word in pairs:
+    want = singular if n == "1" else singular + "s"
+    if k != k2 or word != want:
+        bad.append("%s %s %s (want %s)" % (k, n, word, want))
+for cls, text in re.findall(r'<span class="(eta[^"]*)" data-k="[^"]+" data-f="eta">([^<]*)<', dom):
+    if ("alarm" in cls) != (text == "not draining"):
+        bad.append("time to empty %r with class %r" % (text, cls))
+if len(pairs) < 8 or bad:
+    sys.exit("live refresh: %d counts with nouns; wrong: %s" % (len(pairs), bad))
+print("live refresh: %d counts with their nouns, the time to empty and its alarm as the server writes them" % len(pairs))
+EOP
 }
 
 $GO build -ldflags "$LDFLAGS" -o "$T/edgegw" ./cmd/edgegw
-$GO build -o "$T/edgegw-sensor" ./cmd/edgegw-sensor
 LAN=$(freeport); CLOUD=$(freeport); WEB=$(freeport)
 
 cat >"$T/mosquitto.conf" <<EOC
@@ -103,7 +133,7 @@ start_cloud
 "$T/edgegw" --config "$T/edgegw.yaml" >"$T/edgegw.log" 2>&1 &
 pids="$pids $!"
 waitport 127.0.0.1 "$WEB"
-"$T/edgegw-sensor" --device "$T/ttySensor" --id rs485-temp-1 --rate 5/s >"$T/sensor.log" 2>&1 &
+"$T/edgegw" sensor --device "$T/ttySensor" --id rs485-temp-1 --rate 5/s >"$T/sensor.log" 2>&1 &
 pids="$pids $!"
 mosquitto_sub -h 127.0.0.1 -p "$LAN" -V mqttv5 -i dashboard -t 'sensors/#' -q 1 >/dev/null &
 pids="$pids $!"
@@ -111,10 +141,10 @@ pids="$pids $!"
 pids="$pids $!"
 
 sleep "$UP_FOR"
-echo "uplink up:"; facts; shot up; check_refresh
+echo "uplink up:"; facts; expect connected empty keeping_up; shot up; check_refresh
 kill "$CLOUD_PID"; wait "$CLOUD_PID" 2>/dev/null || true
 sleep "$DOWN_FOR"
-echo "uplink down for ${DOWN_FOR}s:"; facts; shot outage
+echo "uplink down for ${DOWN_FOR}s:"; facts; expect disconnected not_draining; shot outage
 start_cloud
 sleep "$AFTER"
-echo "uplink back for ${AFTER}s:"; facts; shot recovered
+echo "uplink back for ${AFTER}s:"; facts; expect connected empty keeping_up draining; shot recovered

@@ -2,7 +2,7 @@
 //
 // A message bound for the cloud broker is appended to the spool before the
 // gateway acknowledges it to the sensor (PUBACK/PUBREC), and it is removed
-// only when the upstream broker has acknowledged it (DESIGN.md, principle 4).
+// only when the upstream broker has acknowledged it (docs/design.md, principle 2).
 // The bridge is the only user: AppendAsync (or Append) on the receive path,
 // Head (by lane), Get (a record to send again) and Ack or Drop on the
 // uplink path; Next and Peek read across lanes.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/metrics"
 	"github.com/edgegw/edgegw/internal/config"
-	"github.com/edgegw/edgegw/internal/metrics"
 )
 
 // ledgerStatus converts a bridge's ledger for /metrics and /ledger; nil

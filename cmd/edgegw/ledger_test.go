@@ -12,7 +12,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/edgegw/edgegw/internal/metrics"
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/metrics"
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/metrics"
 	"github.com/edgegw/edgegw/gateway"
-	"github.com/edgegw/edgegw/internal/metrics"
 )
 
 // logStopping logs once ctx is done that the gateway is draining: the

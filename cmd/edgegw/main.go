@@ -19,26 +19,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/edgegw/edgegw/internal/config"
-)
-
-// Set at build time: go build -ldflags "-X main.version=... -X main.commit=..."
-// (see the Makefile). Plain builds fall back to the module's build info.
-var (
-	version = "dev"
-	commit  = "unknown"
 )
 
 // Exit statuses.
@@ -113,6 +103,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if c, ok := findCommand(args[0]); ok {
 		return c.fn(args[1:], stdout, stderr)
 	}
+	if args[0] == "man" { // hidden: the package build makes edgegw(1) with it (man.go)
+		return cmdMan(args[1:], stdout, stderr)
+	}
 	fmt.Fprintf(stderr, "edgegw: unknown command %q (see edgegw help)\n", args[0])
 	return exitUsage
 }
@@ -124,77 +117,6 @@ func findCommand(name string) (command, bool) {
 		}
 	}
 	return command{}, false
-}
-
-func cmdHelp(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("help", stdout, stderr)
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		c, ok := findCommand(fs.Arg(0))
-		if !ok || c.name == "help" {
-			fmt.Fprintf(stderr, "edgegw help: unknown command %q\n", fs.Arg(0))
-			return exitUsage
-		}
-		return c.fn([]string{"--help"}, stdout, stderr)
-	}
-	fmt.Fprintf(stdout, "edgegw %s: MQTT edge gateway\n\nUsage:\n  edgegw [--config FILE]\n  edgegw <command> [flags]\n  edgegw --version\n\nCommands:\n", buildVersion())
-	for _, c := range commands {
-		fmt.Fprintf(stdout, "  %-14s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintf(stdout, "\nRun `edgegw help COMMAND` or `edgegw COMMAND --help` for a command's flags.\n"+
-		"The config file defaults to $%s; without one, built-in defaults give a\n"+
-		"local broker on 127.0.0.1:1883 and metrics on %s. Keys can be overridden\n"+
-		"with EDGEGW_<SECTION>_<KEY>=value (see docs/config.md).\n"+
-		"Exit status: 0 ok, 1 the gateway failed while running, 2 bad usage or invalid config.\n",
-		config.EnvConfig, config.Default().Metrics.Address)
-	return exitOK
-}
-
-// newFlags returns the flag set of a subcommand; parseFlags handles help.
-func newFlags(name string, _, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("edgegw "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {} // parseFlags prints the help where it belongs
-	return fs
-}
-
-// parseFlags parses args; ok is false when the command must return code:
-// 0 after printing its help for -h/--help (on stdout), 2 for a bad flag
-// (the error and the help on stderr).
-func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return exitOK, true
-	case errors.Is(err, flag.ErrHelp):
-		printCommandHelp(fs, stdout)
-		return exitOK, false
-	}
-	printCommandHelp(fs, stderr)
-	return exitUsage, false
-}
-
-// printCommandHelp writes a subcommand's usage, help and flags to w.
-func printCommandHelp(fs *flag.FlagSet, w io.Writer) {
-	name := strings.TrimPrefix(fs.Name(), "edgegw ")
-	c, _ := findCommand(name)
-	fmt.Fprintln(w, strings.TrimSpace("Usage: edgegw "+name+" "+c.args))
-	if c.help != "" {
-		fmt.Fprintf(w, "\n%s\n", c.help)
-	} else {
-		fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
-	}
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n > 0 {
-		fmt.Fprintln(w, "\nFlags:")
-		out := fs.Output()
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(out)
-	}
 }
 
 // configFlags parses the flags shared by run and check-config; ok false
@@ -323,80 +245,4 @@ func stopOnSignal(log *slog.Logger) (ctx context.Context, stop func()) {
 		<-done
 		signal.Stop(sigs)
 	}
-}
-
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("version", stdout, stderr)
-	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return code
-	}
-	fmt.Fprintf(stdout, "edgegw %s commit %s %s %s\n", buildVersion(), buildCommit(), runtime.Version(), platform())
-	return exitOK
-}
-
-// platform is GOOS/GOARCH, with the ARM version of 32-bit ARM builds from
-// the build info: "linux/arm (GOARM=6)". ARMv6 (Pi Zero, Pi 1) and ARMv7
-// builds are otherwise indistinguishable.
-func platform() string {
-	p := runtime.GOOS + "/" + runtime.GOARCH
-	if runtime.GOARCH != "arm" {
-		return p
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return p + goarmSuffix(bi.Settings)
-	}
-	return p
-}
-
-// goarmSuffix is " (GOARM=v)" from the GOARM build setting, or "".
-func goarmSuffix(settings []debug.BuildSetting) string {
-	for _, s := range settings {
-		if s.Key == "GOARM" && s.Value != "" {
-			return " (GOARM=" + s.Value + ")"
-		}
-	}
-	return ""
-}
-
-// buildVersion is -X main.version, else the module version from the build
-// info (set by go install module@version), else "dev".
-func buildVersion() string {
-	if version != "dev" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return version
-}
-
-// buildCommit is -X main.commit, else the VCS revision stamped by go build
-// (12 hex digits, "-dirty" when modified), else "unknown".
-func buildCommit() string {
-	if commit != "unknown" {
-		return commit
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return commit
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return commit
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
 }

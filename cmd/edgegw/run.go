@@ -22,12 +22,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/metrics"
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/status"
 	"github.com/edgegw/edgegw/devices/framing"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/internal/config"
-	"github.com/edgegw/edgegw/internal/metrics"
-	"github.com/edgegw/edgegw/internal/status"
 	"github.com/edgegw/edgegw/listeners"
 )
 

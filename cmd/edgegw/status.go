@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/status"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/internal/config"
-	"github.com/edgegw/edgegw/internal/status"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -18,7 +18,7 @@ import (
 // the user name and password of a user in it (HTTP basic auth).
 func newStatusPage(cfg config.Config, gw *gateway.Server, bridges []*bridge.Bridge,
 	serials []*listeners.Serial, files *auth.Files) *status.Handler {
-	src := &status.Sources{Version: "edgegw " + buildVersion() + " (" + buildCommit() + ")", Started: time.Now(),
+	src := &status.Sources{Version: "edgegw " + versionLine(buildVersion(), buildCommit()), Started: time.Now(),
 		MemoryBudget: gatewayOptions(cfg).MemoryBudget, Gateway: gw, Bridges: bridges, Serials: serials}
 	if src.MemoryBudget <= 0 {
 		src.MemoryBudget = 64 << 20 // the gateway's default (gateway.Options)

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/cmd/edgegw/internal/metrics"
 	"github.com/edgegw/edgegw/gateway"
-	"github.com/edgegw/edgegw/internal/metrics"
 )
 
 // sysInterval is how often the bridges' $SYS topics are refreshed, the

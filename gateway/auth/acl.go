@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/edgegw/edgegw/gateway/topics"
 )
 
 // The ACL file, in the spirit of mosquitto's:
@@ -62,28 +64,35 @@ func parseACL(r io.Reader, path string) (*acl, error) {
 		bad := func(msg string) error { return fmt.Errorf("%s:%d: %s", path, n, msg) }
 		switch f[0] {
 		case "user":
+			if len(f) > 2 && strings.HasPrefix(f[2], "#") {
+				return nil, bad(trailingComment(f[2:]))
+			}
 			if len(f) != 2 {
 				return nil, bad("want: user <name>")
 			}
 			user, inUser = f[1], true
 		case "topic", "pattern":
-			if len(f) < 2 || len(f) > 3 {
+			// The rule is "topic [ACCESS] FILTER": nf fields.
+			nf := 2
+			acc, accOK := accessWord(f[1:])
+			if accOK && len(f) >= 3 {
+				nf = 3
+			}
+			if len(f) > nf && strings.HasPrefix(f[nf], "#") {
+				return nil, bad(trailingComment(f[nf:]))
+			}
+			if len(f) == 3 && nf == 2 {
+				return nil, bad(fmt.Sprintf("access %q: want read, write, readwrite or deny", f[1]))
+			}
+			if len(f) < 2 || len(f) > nf {
 				return nil, bad("want: " + f[0] + " [read|write|readwrite|deny] <filter>")
 			}
-			acc, filter := accessRead|accessWrite, f[len(f)-1]
-			if len(f) == 3 {
-				switch f[1] {
-				case "read":
-					acc = accessRead
-				case "write":
-					acc = accessWrite
-				case "readwrite":
-					acc = accessRead | accessWrite
-				case "deny":
-					acc = accessDeny
-				default:
-					return nil, bad(fmt.Sprintf("access %q: want read, write, readwrite or deny", f[1]))
-				}
+			if nf == 2 {
+				acc = accessRead | accessWrite
+			}
+			filter := f[nf-1]
+			if msg := badFilter(filter); msg != "" {
+				return nil, bad(fmt.Sprintf("filter %q: %s", filter, msg))
 			}
 			r := aclRule{filter: filter, access: acc}
 			switch {
@@ -102,6 +111,55 @@ func parseACL(r io.Reader, path string) (*acl, error) {
 		return nil, fmt.Errorf("acl file %s: %w", path, err)
 	}
 	return a, nil
+}
+
+// accessWord parses the access word that may start a topic or pattern
+// rule's arguments.
+func accessWord(args []string) (access, bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case "read":
+		return accessRead, true
+	case "write":
+		return accessWrite, true
+	case "readwrite":
+		return accessRead | accessWrite, true
+	case "deny":
+		return accessDeny, true
+	}
+	return 0, false
+}
+
+// trailingComment is the error for "# ..." after a complete rule. It is
+// refused rather than ignored: '#' is also the MQTT multi-level wildcard,
+// so "topic # comment" or "topic a/ #" cannot be read one way for sure,
+// and an ACL that means something other than what its author read is a
+// security hole.
+func trailingComment(rest []string) string {
+	return fmt.Sprintf("trailing comment %q: a comment must be on its own line starting with # "+
+		"(on a rule line # is the MQTT wildcard)", strings.Join(rest, " "))
+}
+
+// badFilter says what is wrong with an ACL rule's MQTT filter, or "" when
+// it is valid (topics.ValidFilter: '+' and '#' stand only as a whole
+// level, '#' only as the last). An invalid filter matches no topic the way
+// its author meant; "a/#note" is usually a comment written without its
+// space, so that case says so.
+func badFilter(filter string) string {
+	err := topics.ValidFilter(filter)
+	if err == nil {
+		return ""
+	}
+	msg := strings.TrimPrefix(err.Error(), "topics: ")
+	for _, level := range strings.Split(filter, "/") {
+		if len(level) > 1 && level[0] == '#' {
+			msg += " (a comment goes on its own line)"
+			break
+		}
+	}
+	return msg
 }
 
 // allowed checks name (a topic, or a subscription filter)

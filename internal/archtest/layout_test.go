@@ -12,8 +12,9 @@ import (
 	"testing"
 )
 
-// A layoutRule is one "never" of the layout in DESIGN.md: the packages it
-// constrains and the dependencies they must not have.
+// A layoutRule is one "never" of the layout (docs/design.md, "Dependencies
+// point one way"): the packages it constrains and the dependencies they
+// must not have.
 type layoutRule struct {
 	rule    string                // the rule, as a reviewer reads it
 	applies func(p *pkg) bool     // the packages it constrains
@@ -91,6 +92,20 @@ func layoutRules(pkgs map[string]*pkg) []layoutRule {
 			bad:     func(dep string) bool { return under(dep, "gateway") },
 		},
 		{
+			// internal/ holds leaves the core may use (sockio, procs,
+			// config); what needs the core itself lives with the binary.
+			rule:    "internal/ is one floor, below the core: no package under internal/ imports gateway or bridge",
+			applies: func(p *pkg) bool { return under(p.ImportPath, "internal") },
+			bad:     func(dep string) bool { return under(dep, "gateway", "bridge") },
+		},
+		{
+			// The binary's own packages (cmd/edgegw/internal/metrics and
+			// status) read the core; the core never reads them back.
+			rule:    "gateway and bridge never import cmd/ (the binary's packages, cmd/edgegw/internal/... among them)",
+			applies: func(p *pkg) bool { return under(p.ImportPath, "gateway", "bridge") },
+			bad:     func(dep string) bool { return under(dep, "cmd") },
+		},
+		{
 			rule:    "viper is used only in internal/config and cmd/",
 			applies: func(p *pkg) bool { return inModule(p.ImportPath) && !under(p.ImportPath, "internal/config", "cmd") },
 			bad: func(dep string) bool {
@@ -145,11 +160,11 @@ func checkLayout(pkgs map[string]*pkg) []string {
 	return problems
 }
 
-// TestLayout holds every "never" of DESIGN.md's layout on the module as it
-// is built (test files excluded).
+// TestLayout holds every "never" of the layout (docs/design.md) on the
+// module as it is built (test files excluded).
 func TestLayout(t *testing.T) {
 	pkgs, _ := modulePackages(t)
-	for _, want := range []string{"gateway", "gateway/packet", "gateway/topics", "listeners", "devices/framing", "bridge", "internal/config"} {
+	for _, want := range []string{"gateway", "gateway/packet", "gateway/topics", "listeners", "devices/framing", "bridge", "internal/config", "internal/sockio", "cmd/edgegw/internal/metrics", "cmd/edgegw/internal/status"} {
 		if pkgs[modulePath+"/"+want] == nil {
 			t.Fatalf("go list did not list %s: the rules would check nothing", want)
 		}
@@ -174,12 +189,14 @@ func TestLayoutRulesCatch(t *testing.T) {
 		add(m("gateway/packet"), "packet", false, "fmt")
 		add(m("gateway/topics"), "topics", false, "fmt")
 		add(m("devices/framing"), "framing", false, "fmt")
-		add(m("gateway"), "gateway", false, m("gateway/packet"), m("gateway/topics"))
+		add(m("internal/sockio"), "sockio", false, "fmt")
+		add(m("gateway"), "gateway", false, m("gateway/packet"), m("gateway/topics"), m("internal/sockio"))
 		add(m("listeners"), "listeners", false, m("devices/framing"), "github.com/gorilla/websocket")
 		add(m("bridge/spool"), "spool", false, "fmt")
 		add(m("bridge"), "bridge", false, m("bridge/spool"), m("gateway"))
 		add(m("internal/config"), "config", false, "github.com/spf13/viper")
-		add(m("cmd/edgegw"), "main", false, m("internal/config"), m("gateway"), m("bridge"), m("listeners"), "github.com/spf13/viper")
+		add(m("cmd/edgegw/internal/metrics"), "metrics", false, m("gateway"), m("bridge"))
+		add(m("cmd/edgegw"), "main", false, m("internal/config"), m("gateway"), m("bridge"), m("listeners"), m("cmd/edgegw/internal/metrics"), "github.com/spf13/viper")
 		return pkgs
 	}
 	if p := checkLayout(base()); len(p) != 0 {
@@ -200,6 +217,10 @@ func TestLayoutRulesCatch(t *testing.T) {
 		{m("bridge"), "github.com/spf13/viper", "viper"},
 		{m("bridge"), m("internal/config"), "only main packages"},
 		{m("bridge/spool"), m("bridge"), "sub-packages never import the room"},
+		{m("internal/sockio"), m("gateway"), "internal/ is one floor"},
+		{m("internal/config"), m("bridge/spool"), "internal/ is one floor"},
+		{m("gateway"), m("cmd/edgegw/internal/metrics"), "gateway and bridge never import cmd/"},
+		{m("bridge/spool"), m("cmd/edgegw/internal/status"), "gateway and bridge never import cmd/"},
 	} {
 		pkgs := base()
 		p := pkgs[tc.pkg]

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -11,6 +12,9 @@ type FieldError struct {
 	// "$EDGEGW_..." for an environment override; "" when validating a
 	// Config built in code.
 	Source string
+	// Line is the line of Source the problem is on, when known (YAML
+	// syntax errors); 0 otherwise.
+	Line int
 	// Key is the key path, e.g. "listeners[0].address"; "" for problems
 	// with the file as a whole.
 	Key string
@@ -18,11 +22,15 @@ type FieldError struct {
 	Msg string
 }
 
-// Error renders "source: key: msg", leaving out the empty parts.
+// Error renders "source:line: key: msg", leaving out the empty parts (the
+// file:line form is the one editors and terminals jump to).
 func (e *FieldError) Error() string {
 	var b strings.Builder
 	if e.Source != "" {
 		b.WriteString(e.Source)
+		if e.Line > 0 {
+			b.WriteString(":" + strconv.Itoa(e.Line))
+		}
 		b.WriteString(": ")
 	}
 	if e.Key != "" {

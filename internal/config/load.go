@@ -54,7 +54,7 @@ func LoadVars(path string, env []string, vars Vars) (Config, error) {
 		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
-			return Default(), Errors{{Source: path, Msg: readError(err)}}
+			return Default(), readError(path, err)
 		}
 	}
 	var es Errors
@@ -104,15 +104,17 @@ func LoadVars(path string, env []string, vars Vars) (Config, error) {
 	return cfg, es.err()
 }
 
-// readError makes viper's file errors short and clear.
-func readError(err error) string {
-	var pe viper.ConfigParseError
-	if errors.As(err, &pe) {
-		msg := err.Error()
-		msg = strings.TrimPrefix(msg, "While parsing config: ")
-		return "invalid YAML: " + msg
+// readError makes viper's file errors short and clear: a YAML mistake
+// names its line (yamlErrors).
+func readError(path string, err error) Errors {
+	if isParseError(err) {
+		// viper has just read it; reading it again only to place the error.
+		if data, rerr := os.ReadFile(path); rerr == nil {
+			return yamlErrors(path, data, err)
+		}
+		return yamlErrors(path, nil, err)
 	}
-	return "cannot read config file: " + err.Error()
+	return Errors{{Source: path, Msg: "cannot read config file: " + err.Error()}}
 }
 
 // envSections are the sections whose scalar keys env can override.

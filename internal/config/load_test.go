@@ -398,7 +398,7 @@ func TestLoadErrorSources(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 	_, err = Load(writeFile(t, "log:\n  level: info\n   format: json\n"), nil)
-	if err == nil || !strings.Contains(err.Error(), "edgegw.yaml: invalid YAML: yaml: line 3") {
+	if err == nil || !strings.Contains(err.Error(), "edgegw.yaml:3: invalid YAML: mapping values are not allowed") {
 		t.Fatalf("bad yaml: %v", err)
 	}
 }

@@ -84,6 +84,9 @@ type Bridge struct {
 	// TimeToEmpty is the backlog over its net shrink rate; 0 when empty,
 	// null when the backlog is not shrinking.
 	TimeToEmpty *float64 `json:"time_to_empty_seconds"`
+	// BacklogState is one of the Backlog* states ("" without a history);
+	// BacklogNotDraining is the page's alarm.
+	BacklogState string `json:"backlog_state"`
 
 	Connects        uint64 `json:"connects"`
 	Disconnects     uint64 `json:"disconnects"`
@@ -154,6 +157,25 @@ type Sources struct {
 	Listeners    []ListenerInfo
 }
 
+// bridgeOf is one bridge's part of the document; h supplies the rates and
+// the backlog state (nil: none).
+func bridgeOf(name string, addresses []string, st bridge.Stats, now time.Time, h *History) Bridge {
+	br := Bridge{Name: name, State: st.State.String(), Since: st.Since.UTC(),
+		LastError: st.LastError, LastErrorText: explain(st.LastError),
+		Address: st.Address, Addresses: addresses,
+		Inflight: st.InFlight, BacklogMessages: st.SpoolMessages, BacklogBytes: st.SpoolBytes,
+		SpoolDropped: st.SpoolDropped,
+		Connects:     st.Connects, Disconnects: st.Disconnects, ConnectFailures: st.ConnectFailures,
+		WatchdogTrips: st.WatchdogTrips, WriteTimeouts: st.WriteTimeouts, Sent: st.Sent,
+		Resumed: st.Resumed, Acked: st.Acked, Received: st.Received,
+		InboundFailed: st.InboundFailed, AcceptFailed: st.AcceptFailed}
+	if h != nil {
+		r := h.rates(name, sampleOf(now, st), st.State == bridge.Connected)
+		br.InRate, br.DrainRate, br.TimeToEmpty, br.BacklogState = r.in, r.out, r.empty, r.state
+	}
+	return br
+}
+
 // snapshot builds the document; h supplies the rates (nil: none).
 func (src *Sources) snapshot(now time.Time, h *History) Snapshot {
 	s := Snapshot{Schema: Schema, GeneratedAt: now.UTC(), Version: src.Version,
@@ -177,19 +199,7 @@ func (src *Sources) snapshot(now time.Time, h *History) Snapshot {
 	}
 	for _, b := range src.Bridges {
 		st := b.Stats()
-		br := Bridge{Name: b.Name(), State: st.State.String(), Since: st.Since.UTC(),
-			LastError: st.LastError, LastErrorText: explain(st.LastError),
-			Address: st.Address, Addresses: b.Addresses(),
-			Inflight: st.InFlight, BacklogMessages: st.SpoolMessages, BacklogBytes: st.SpoolBytes,
-			SpoolDropped: st.SpoolDropped,
-			Connects:     st.Connects, Disconnects: st.Disconnects, ConnectFailures: st.ConnectFailures,
-			WatchdogTrips: st.WatchdogTrips, WriteTimeouts: st.WriteTimeouts, Sent: st.Sent,
-			Resumed: st.Resumed, Acked: st.Acked, Received: st.Received,
-			InboundFailed: st.InboundFailed, AcceptFailed: st.AcceptFailed}
-		if h != nil {
-			br.InRate, br.DrainRate, br.TimeToEmpty = h.rates(b.Name(), sampleOf(now, st))
-		}
-		s.Bridges = append(s.Bridges, br)
+		s.Bridges = append(s.Bridges, bridgeOf(b.Name(), b.Addresses(), st, now, h))
 		s.Drops = append(s.Drops, Drop{Reason: "bridge " + b.Name() + ": spool full", Count: int64(st.SpoolDropped)})
 	}
 	for _, l := range src.Listeners {

@@ -186,7 +186,7 @@ type Server struct {
 	Sources Sources
 	Log     *slog.Logger
 	// Pages serves every path other than /metrics and /healthz (the
-	// status page, internal/status) on the same address; nil: 404.
+	// status page, cmd/edgegw/internal/status) on the same address; nil: 404.
 	Pages http.Handler
 
 	ln net.Listener

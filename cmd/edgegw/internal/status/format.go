@@ -55,13 +55,18 @@ func formatPct(a, b int64) string {
 	return fmt.Sprintf("%.0f %%", 100*float64(a)/float64(b))
 }
 
-// formatETA writes a time to empty: "empty", "not draining", or a duration.
-func formatETA(v *float64) string {
+// etaOf is what the page shows as a bridge's time to empty, and its class:
+// "eta alarm" when the backlog is not draining (BacklogState).
+func etaOf(b Bridge) (text, class string) {
 	switch {
-	case v == nil:
-		return "not draining"
-	case *v == 0:
-		return "empty"
+	case b.BacklogState == BacklogNotDraining:
+		return "not draining", "eta alarm"
+	case b.BacklogState == BacklogKeepingUp:
+		return "keeping up", "eta"
+	case b.TimeToEmpty == nil: // unknown, or no history
+		return "–", "eta"
+	case *b.TimeToEmpty == 0:
+		return "empty", "eta"
 	}
-	return formatDuration(time.Duration(*v * float64(time.Second)))
+	return formatDuration(time.Duration(*b.TimeToEmpty * float64(time.Second))), "eta"
 }

@@ -5,8 +5,9 @@
 // per bridge (GET /chart.svg), drawn from a bounded in-memory History that
 // one goroutine samples. The assets are embedded (go:embed) and inlined:
 // the page needs no internet and no JavaScript library. It is served on
-// the metrics address (internal/metrics), so it has the same address
-// restriction (loopback by default). docs/status-page.md documents it.
+// the metrics address (cmd/edgegw/internal/metrics), so it has the same
+// address restriction (loopback by default). docs/status-page.md
+// documents it.
 //
 // Nothing here is on the message path: every read is a snapshot taken at
 // request or sampling time under the parts' own locks and atomics.

@@ -34,7 +34,15 @@
     clock: function (v) { return v ? clock(v) : "never"; },
     ago: function (v, d) { return since(v, d.generated_at); },
     rate: function (v) { return v == null ? "\u2013" : (v < 10 ? v.toFixed(1) : v.toFixed(0)) + "/s"; },
-    eta: function (v) { return v == null ? "not draining" : v === 0 ? "empty" : dur(v); },
+    // As the server's etaOf: the bridge's backlog_state decides the alarm.
+    eta: function (v, d, el) {
+      var st = get(d, el.getAttribute("data-k").replace(/time_to_empty_seconds$/, "backlog_state"));
+      el.className = st === "not_draining" ? "eta alarm" : "eta";
+      if (st === "not_draining") return "not draining";
+      if (st === "keeping_up") return "keeping up";
+      return v == null ? "\u2013" : v === 0 ? "empty" : dur(v);
+    },
+    noun: function (v, d, el) { return el.getAttribute("data-n") + (v === 1 ? "" : "s"); },
     yesno: function (v) { return v ? "yes" : "no"; }
   };
   function shape(d) {
@@ -60,7 +68,7 @@
         el.textContent = "Uplink " + b.name + ": " + (b.state === "connected" ? "connected" : "DISCONNECTED for " + since(b.since, d.generated_at));
         return;
       }
-      if (f && fmt[f]) v = fmt[f](v, d);
+      if (f && fmt[f]) v = fmt[f](v, d, el);
       else if (v == null) v = "";
       if (el.classList.contains("state")) el.className = el.className.replace(/\b(connected|disconnected|open|opening|waiting|stopped)\b/g, "") + " " + v;
       if (el.textContent !== String(v)) el.textContent = v;

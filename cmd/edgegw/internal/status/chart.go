@@ -9,10 +9,14 @@ import (
 )
 
 // Chart geometry (SVG user units; the image scales to the page width).
+// A unit is about a CSS pixel on a phone: a 360 px wide screen leaves the
+// chart about 320 px, so the 11-unit labels are read at about 11 px; the
+// page caps the image at 440 px (style.css) for wider screens.
 const (
-	chartW, chartH = 600, 140
-	padL, padR     = 44, 8
-	padT, padB     = 10, 20
+	chartW, chartH = 320, 120
+	padL, padR     = 38, 6
+	padT, padB     = 8, 20
+	fontSize       = 11
 )
 
 // line is one series of a chart.
@@ -40,8 +44,8 @@ func writeChart(w io.Writer, title string, ps []point, now time.Time, span time.
 		return padL + max(f, 0)*(chartW-padL-padR)
 	}
 	y := func(v float64) float64 { return padT + (1-v/top)*(chartH-padT-padB) }
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" role="img" aria-label="%s" font-family="sans-serif" font-size="11">`,
-		chartW, chartH, html.EscapeString(title))
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" role="img" aria-label="%s" font-family="sans-serif" font-size="%d">`,
+		chartW, chartH, html.EscapeString(title), fontSize)
 	fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="#fff" stroke="#ccc"/>`, padL, padT, chartW-padL-padR, chartH-padT-padB)
 	for _, f := range []float64{0, 0.5, 1} {
 		fmt.Fprintf(w, `<text x="%d" y="%.1f" text-anchor="end" fill="#555">%s</text>`, padL-4, y(top*f)+4, shortNum(top*f))
@@ -53,8 +57,15 @@ func writeChart(w io.Writer, title string, ps []point, now time.Time, span time.
 			break
 		}
 	}
+	// The labels stay inside the image: "now" ends at the right edge, the
+	// others are centred on their minute, the leftmost at padL at most a
+	// label's half width from the left edge.
 	for m := 0; m <= int(span/time.Minute); m += step {
 		xx := x(now.Add(-time.Duration(m) * time.Minute))
+		if m == 0 {
+			fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="end" fill="#555">now</text>`, xx, chartH-5)
+			continue
+		}
 		fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle" fill="#555">-%dm</text>`, xx, chartH-5, m)
 	}
 	for i, l := range lines {
@@ -75,7 +86,7 @@ func writeChart(w io.Writer, title string, ps []point, now time.Time, span time.
 		if b.Len() > 0 {
 			fmt.Fprintf(w, `<path d="%s" fill="none" stroke="%s" stroke-width="2"/>`, b.String(), l.color)
 		}
-		fmt.Fprintf(w, `<text x="%d" y="%d" fill="%s">%s</text>`, padL+6+i*110, padT+12, l.color, html.EscapeString(l.label))
+		fmt.Fprintf(w, `<text x="%d" y="%d" fill="%s">%s</text>`, padL+6+i*90, padT+fontSize+2, l.color, html.EscapeString(l.label))
 	}
 	if len(ps) == 0 {
 		fmt.Fprintf(w, `<text x="%d" y="%d" text-anchor="middle" fill="#888">no samples yet</text>`, chartW/2, chartH/2)

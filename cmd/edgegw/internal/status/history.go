@@ -17,24 +17,40 @@ const (
 // rateWindow is how far back the rates shown as numbers look.
 const rateWindow = time.Minute
 
+// stallSamples is how many sampling intervals (30 s at the default) a
+// message may wait in a connected bridge's spool before the page says the
+// backlog is not draining. An uplink that keeps up always has a message or
+// two in its current batch window, so "backlog > 0" alone is no alarm.
+const stallSamples = 3
+
+// The backlog states (Bridge.BacklogState), in the order rates decides them.
+const (
+	BacklogEmpty       = "empty"        // nothing in the spool
+	BacklogKeepingUp   = "keeping_up"   // connected; nothing has waited a stall window
+	BacklogDraining    = "draining"     // shrinking over the last minute: TimeToEmpty is set
+	BacklogUnknown     = "unknown"      // connected, not shrinking, no sample a stall window old yet
+	BacklogNotDraining = "not_draining" // the alarm: uplink down, or messages waiting a stall window
+)
+
 // sample is one bridge's counters at one time.
 type sample struct {
 	t            time.Time
 	acked        uint64 // acknowledged upstream
-	dropped      uint64 // dropped by the spool
+	dropped      uint64 // left the spool without an ack: dropped by it, or refused upstream for good
 	backlog      int64  // messages in the spool
 	backlogBytes int64
 }
 
 func sampleOf(t time.Time, st bridge.Stats) sample {
-	return sample{t: t, acked: st.Acked, dropped: st.SpoolDropped, backlog: st.SpoolMessages, backlogBytes: st.SpoolBytes}
+	return sample{t: t, acked: st.Acked, dropped: st.SpoolDropped + st.UpstreamDropped, backlog: st.SpoolMessages, backlogBytes: st.SpoolBytes}
 }
 
+// left is how many messages left the spool between a and b.
+func left(a, b sample) float64 { return float64(b.acked-a.acked) + float64(b.dropped-a.dropped) }
+
 // entered is how many messages entered the spool between a and b: what
-// left it (acked, dropped) plus what it grew by.
-func entered(a, b sample) float64 {
-	return float64(b.acked-a.acked) + float64(b.dropped-a.dropped) + float64(b.backlog-a.backlog)
-}
+// left it plus what it grew by.
+func entered(a, b sample) float64 { return left(a, b) + float64(b.backlog-a.backlog) }
 
 // ring is a fixed-size circular buffer of samples, oldest first.
 type ring struct {
@@ -113,22 +129,33 @@ func (h *History) sample(now time.Time) {
 	}
 }
 
+// rates is what the history says of one bridge's spool.
+type rates struct {
+	in, out *float64 // messages in and acked per second; nil without an earlier sample
+	empty   *float64 // time to empty in seconds: 0 for an empty backlog, nil when it does not shrink
+	state   string   // Backlog*
+}
+
 // rates compares live with the oldest sample of the last rateWindow (or
-// the newest before it, when sampling is slower): messages in and out
-// per second, and the time to empty the backlog at the net rate. All nil
-// without an earlier sample; time to empty is 0 for an empty backlog and
-// nil when the backlog does not shrink.
-func (h *History) rates(name string, live sample) (in, out, empty *float64) {
+// the newest before it, when sampling is slower) for the rates and the
+// time to empty at the net rate. The state says whether the backlog is an
+// alarm: a connected bridge keeps up when every message that was in the
+// spool at the newest sample a stall window old has left it since (the
+// spool sends oldest first, so none has waited longer than about that
+// window); it is not draining when it neither keeps up nor shrinks.
+func (h *History) rates(name string, live sample, connected bool) rates {
+	var r rates
 	if live.backlog == 0 {
-		empty = new(float64)
+		r.empty = new(float64)
 	}
+	stall := stallSamples * h.interval()
 	h.mu.Lock()
-	r := h.rings[name]
-	var base sample
-	found := false
-	if r != nil {
-		for i := r.n - 1; i >= 0; i-- {
-			s := r.at(i)
+	rg := h.rings[name]
+	var base, old sample
+	found, foundOld := false, false
+	if rg != nil {
+		for i := rg.n - 1; i >= 0; i-- {
+			s := rg.at(i)
 			if !s.t.Before(live.t) {
 				continue
 			}
@@ -137,23 +164,34 @@ func (h *History) rates(name string, live sample) (in, out, empty *float64) {
 			}
 			base, found = s, true
 		}
+		for i := rg.n - 1; i >= 0 && !foundOld; i-- {
+			if s := rg.at(i); live.t.Sub(s.t) >= stall {
+				old, foundOld = s, true
+			}
+		}
 	}
 	h.mu.Unlock()
-	if !found {
-		return nil, nil, empty
+	if dt := live.t.Sub(base.t).Seconds(); found && dt > 0 {
+		i, o := entered(base, live)/dt, float64(live.acked-base.acked)/dt
+		r.in, r.out = &i, &o
+		if net := float64(live.backlog-base.backlog) / dt; live.backlog > 0 && net < 0 {
+			e := float64(live.backlog) / -net
+			r.empty = &e
+		}
 	}
-	dt := live.t.Sub(base.t).Seconds()
-	if dt <= 0 {
-		return nil, nil, empty
+	switch {
+	case live.backlog == 0:
+		r.state = BacklogEmpty
+	case connected && foundOld && left(old, live) >= float64(old.backlog):
+		r.state = BacklogKeepingUp
+	case r.empty != nil:
+		r.state = BacklogDraining
+	case connected && !foundOld:
+		r.state = BacklogUnknown
+	default:
+		r.state = BacklogNotDraining
 	}
-	i := entered(base, live) / dt
-	o := float64(live.acked-base.acked) / dt
-	in, out = &i, &o
-	if net := float64(live.backlog-base.backlog) / dt; live.backlog > 0 && net < 0 {
-		e := float64(live.backlog) / -net
-		empty = &e
-	}
-	return in, out, empty
+	return r
 }
 
 // point is one interval of a chart.

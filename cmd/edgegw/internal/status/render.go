@@ -6,6 +6,7 @@ import (
 	"html"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,12 +34,29 @@ func (p *page) t(x string) { p.WriteString(esc(x)) }
 
 // live writes an element whose text the refresh script keeps up to date
 // from status.json: key is the path into it, f its format ("" = as is).
-func (p *page) live(tag, key, f, text string) {
-	p.s("<", tag, ` data-k="`, esc(key), `"`)
+func (p *page) live(tag, key, f, text string) { p.livec(tag, "", key, f, text) }
+
+// livec is live with a class.
+func (p *page) livec(tag, class, key, f, text string) {
+	p.s("<", tag)
+	if class != "" {
+		p.s(` class="`, class, `"`)
+	}
+	p.s(` data-k="`, esc(key), `"`)
 	if f != "" {
 		p.s(` data-f="`, f, `"`)
 	}
 	p.s(">", esc(text), "</", tag, ">")
+}
+
+// noun writes singular or its plural (with an s) for the count at key,
+// kept in step with the number by the refresh script.
+func (p *page) noun(key string, one bool, singular string) {
+	word := singular + "s"
+	if one {
+		word = singular
+	}
+	p.s(`<span data-k="`, esc(key), `" data-f="noun" data-n="`, esc(singular), `">`, esc(word), "</span>")
 }
 
 func itoa[T int | int64 | uint64](v T) string {
@@ -108,11 +126,15 @@ func renderSummary(p *page, d pageData) {
 	p.live("span", "memory.memory_budget_bytes", "bytes", formatBytes(m.BudgetBytes))
 	p.s(" budget (", esc(formatPct(m.QueuedBytes, m.BudgetBytes)), ") · ")
 	p.live("span", "broker.queued_messages", "", itoa(d.Broker.QueuedMessages))
-	p.s(" messages</td></tr>\n<tr><th>Clients</th><td>")
+	p.s(" ")
+	p.noun("broker.queued_messages", d.Broker.QueuedMessages == 1, "message")
+	p.s("</td></tr>\n<tr><th>Clients</th><td>")
 	p.live("span", "broker.sessions_connected", "", itoa(d.Broker.SessionsConnected))
 	p.s(" connected, ")
 	p.live("span", "broker.sessions_disconnected", "", itoa(d.Broker.SessionsDisconnected))
-	p.s(" offline sessions</td></tr>\n<tr><th>Messages</th><td>")
+	p.s(" offline ")
+	p.noun("broker.sessions_disconnected", d.Broker.SessionsDisconnected == 1, "session")
+	p.s("</td></tr>\n<tr><th>Messages</th><td>")
 	p.live("span", "broker.messages_received", "", itoa(d.Broker.MessagesReceived))
 	p.s(" received, ")
 	p.live("span", "broker.messages_sent", "", itoa(d.Broker.MessagesSent))
@@ -150,7 +172,9 @@ func renderBridge(p *page, d pageData, i int, b Bridge) {
 	}
 	p.s(")</td></tr>\n<tr><th>Backlog</th><td>")
 	p.live("b", k("backlog_messages"), "", itoa(b.BacklogMessages))
-	p.s(" messages, ")
+	p.s(" ")
+	p.noun(k("backlog_messages"), b.BacklogMessages == 1, "message")
+	p.s(", ")
 	p.live("span", k("backlog_bytes"), "bytes", formatBytes(b.BacklogBytes))
 	p.s(" · in flight ")
 	p.live("span", k("inflight"), "", itoa(b.Inflight))
@@ -159,24 +183,36 @@ func renderBridge(p *page, d pageData, i int, b Bridge) {
 	p.s(", drained ")
 	p.live("span", k("drain_per_second"), "rate", formatRate(b.DrainRate))
 	p.s("</td></tr>\n<tr><th>Time to empty</th><td>")
-	p.live("b", k("time_to_empty_seconds"), "eta", formatETA(b.TimeToEmpty))
+	eta, class := etaOf(b)
+	p.livec("span", class, k("time_to_empty_seconds"), "eta", eta)
 	p.s("</td></tr>\n<tr><th>Delivery</th><td>")
+	// counters writes (field, value, words) triples; a "%s" in words ends the
+	// noun before it, pluralized ("connect%s": 1 connect, 2 connects).
 	counters := func(cs ...any) {
 		for n := 0; n+2 < len(cs); n += 3 {
 			if n > 0 {
 				p.s(", ")
 			}
-			p.live("span", k(cs[n].(string)), "", itoa(cs[n+1].(uint64)))
-			p.s(" ", cs[n+2].(string))
+			field, v, words := cs[n].(string), cs[n+1].(uint64), cs[n+2].(string)
+			p.live("span", k(field), "", itoa(v))
+			p.s(" ")
+			if i := strings.Index(words, "%s"); i >= 0 {
+				j := strings.LastIndexByte(words[:i], ' ') + 1
+				p.s(esc(words[:j]))
+				p.noun(k(field), v == 1, words[j:i])
+				p.s(esc(words[i+2:]))
+			} else {
+				p.s(esc(words))
+			}
 		}
 	}
 	counters("sent", b.Sent, "sent", "acked", b.Acked, "acked", "resumed", b.Resumed, "resumed",
 		"received", b.Received, "received from the cloud", "spool_dropped", b.SpoolDropped, "dropped (spool full)",
 		"accept_failed", b.AcceptFailed, "refused locally", "inbound_failed", b.InboundFailed, "inbound refused")
 	p.s("</td></tr>\n<tr><th>Connections</th><td>")
-	counters("connects", b.Connects, "connects", "disconnects", b.Disconnects, "disconnects",
-		"connect_failures", b.ConnectFailures, "failed attempts", "watchdog_trips", b.WatchdogTrips, "watchdog trips",
-		"write_timeouts", b.WriteTimeouts, "write timeouts")
+	counters("connects", b.Connects, "connect%s", "disconnects", b.Disconnects, "disconnect%s",
+		"connect_failures", b.ConnectFailures, "failed attempt%s", "watchdog_trips", b.WatchdogTrips, "watchdog trip%s",
+		"write_timeouts", b.WriteTimeouts, "write timeout%s")
 	p.s("</td></tr>\n</table>\n")
 	q := url.QueryEscape(b.Name)
 	p.s(`<figure><img class="chart" alt="messages per second, bridge `, esc(b.Name), `" src="chart.svg?bridge=`, esc(q),
