@@ -138,6 +138,7 @@ type Server struct {
 	sinks    sinkSet
 	tarpit   tarpit       // slows password guessing per source address
 	state    *store.Store // nil: memory only (persist.go)
+	origins  originIDs    // bridges' inbound QoS 2 ids (exactlyonce.go)
 
 	shareMu sync.Mutex
 	shareRR map[string]uint32 // round-robin position per shared group+filter
