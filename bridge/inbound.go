@@ -42,8 +42,10 @@ func (b *Bridge) initInbound() {
 
 // publishIn routes an inbound message received under packet id id; dup:
 // a resend of a QoS 2 message already routed (answer it, count nothing).
+// QoS 1 goes the same way: the gateway refuses QoS 1 and 2 once it is
+// stopping (its sessions take no more messages), so they are not acked.
 func (b *Bridge) publishIn(id uint16, m *gateway.Message) (dup bool, err error) {
-	if eo, ok := b.gw.(exactlyOnce); ok && m.QoS == 2 {
+	if eo, ok := b.gw.(exactlyOnce); ok && m.QoS > 0 {
 		return eo.PublishExactlyOnce(b.origin, id, m)
 	}
 	return false, b.gw.Publish(m)

@@ -33,6 +33,7 @@ package gateway
 // edgegw runs.
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -99,6 +100,20 @@ func (o *originIDs) restore(by map[string][]uint16) {
 	}
 }
 
+// ErrStopping is PublishExactlyOnce's answer once the broker is stopping.
+// From then on the persistent sessions that leave are kept on disk but no
+// longer take messages in memory, so a message routed now would reach
+// none of them: it must not be acknowledged upstream (the cloud sends it
+// again after the restart, when the sessions are back).
+var ErrStopping = errors.New("broker stopping")
+
+// stopping reports whether the registry has shut down (Run ended).
+func (s *Server) stopping() bool {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	return s.reg.closed
+}
+
 // syncKeep is the deferrer of PublishExactlyOnce: routing's asynchronous
 // verdicts (sinks, the state records) arrive on ch, never blocking the
 // routing itself, which must not wait for a state record while its
@@ -119,7 +134,26 @@ func (d *syncKeep) deferAck() *keep {
 //
 // Calls for one origin must not overlap (a bridge handles its upstream's
 // messages in order). A message of QoS 0 or 1 is routed as by Publish.
+// Once the broker is stopping a QoS 1/2 message is refused (ErrStopping),
+// also when it stopped while the message was being routed: the resend
+// after a restart may then reach a subscriber twice, but none misses it.
 func (s *Server) PublishExactlyOnce(origin string, id uint16, m *Message) (dup bool, err error) {
+	if m.QoS > 0 && s.stopping() {
+		return false, fmt.Errorf("publish %q: %w", m.Topic, ErrStopping)
+	}
+	dup, err = s.publishExactlyOnce(origin, id, m)
+	if err == nil && !dup && m.QoS > 0 && s.stopping() {
+		// Perhaps routed before the sessions left, perhaps not: the id
+		// goes, so the resend is routed again.
+		if m.QoS == 2 {
+			s.Release(origin, id)
+		}
+		return false, fmt.Errorf("publish %q: %w", m.Topic, ErrStopping)
+	}
+	return dup, err
+}
+
+func (s *Server) publishExactlyOnce(origin string, id uint16, m *Message) (dup bool, err error) {
 	if m.QoS != 2 || id == 0 {
 		return false, s.Publish(m)
 	}

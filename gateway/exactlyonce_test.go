@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -100,4 +101,24 @@ func equalIDs(a, b []uint16) bool {
 	a = slices.Clone(a)
 	slices.Sort(a)
 	return slices.Equal(a, b)
+}
+
+// Once the broker is stopping, the persistent sessions that leave stay on
+// disk but take no message in memory: a bridge's QoS 1/2 message is
+// refused, so the bridge does not acknowledge it and the cloud sends it
+// again after the restart. (A command accepted in that window reached no
+// session and was lost: 4 of 300 in one of 4 restart runs.)
+func TestPublishExactlyOnceRefusedWhileStopping(t *testing.T) {
+	b, _ := stateBroker(t, t.TempDir(), store.SyncBatch)
+	b.stop()
+	origin := gateway.BridgeOrigin("cloud")
+	for _, qos := range []byte{1, 2} {
+		_, err := b.srv.PublishExactlyOnce(origin, 4, &gateway.Message{Topic: "cmd/x", Payload: []byte("late"), QoS: qos, Origin: origin})
+		if !errors.Is(err, gateway.ErrStopping) {
+			t.Fatalf("QoS %d while stopping: %v", qos, err)
+		}
+	}
+	if ids := b.srv.Unreleased(origin); len(ids) != 0 {
+		t.Fatalf("ids kept while stopping: %v", ids)
+	}
 }
