@@ -45,6 +45,21 @@ import (
 type originIDs struct {
 	mu  sync.Mutex
 	ids map[string]map[uint16]struct{}
+
+	// routing is held (read) while a bridge's message is routed, and
+	// (write) by stop, which Run calls before the registry shuts down:
+	// so a message is either routed whole while the sessions still take
+	// messages, or refused.
+	routing sync.RWMutex
+	stopped bool // under routing
+}
+
+// stop refuses every later bridge message (ErrStopping), after any being
+// routed now.
+func (o *originIDs) stop() {
+	o.routing.Lock()
+	o.stopped = true
+	o.routing.Unlock()
 }
 
 func (o *originIDs) has(origin string, id uint16) bool {
@@ -107,13 +122,6 @@ func (o *originIDs) restore(by map[string][]uint16) {
 // again after the restart, when the sessions are back).
 var ErrStopping = errors.New("broker stopping")
 
-// stopping reports whether the registry has shut down (Run ended).
-func (s *Server) stopping() bool {
-	s.reg.mu.Lock()
-	defer s.reg.mu.Unlock()
-	return s.reg.closed
-}
-
 // syncKeep is the deferrer of PublishExactlyOnce: routing's asynchronous
 // verdicts (sinks, the state records) arrive on ch, never blocking the
 // routing itself, which must not wait for a state record while its
@@ -134,27 +142,18 @@ func (d *syncKeep) deferAck() *keep {
 //
 // Calls for one origin must not overlap (a bridge handles its upstream's
 // messages in order). A message of QoS 0 or 1 is routed as by Publish.
-// Once the broker is stopping a QoS 1/2 message is refused (ErrStopping),
-// also when it stopped while the message was being routed: the resend
-// after a restart may then reach a subscriber twice, but none misses it.
+// Once the broker is stopping a QoS 1/2 message is refused (ErrStopping);
+// one being routed when it starts to stop is routed whole first.
 func (s *Server) PublishExactlyOnce(origin string, id uint16, m *Message) (dup bool, err error) {
-	if m.QoS > 0 && s.stopping() {
-		return false, fmt.Errorf("publish %q: %w", m.Topic, ErrStopping)
+	if m.QoS == 0 {
+		return false, s.Publish(m)
 	}
-	dup, err = s.publishExactlyOnce(origin, id, m)
-	if err == nil && !dup && m.QoS > 0 && s.stopping() {
-		// Perhaps routed before the sessions left, perhaps not: the id
-		// goes, so the resend is routed again.
-		if m.QoS == 2 {
-			s.Release(origin, id)
+	if m.QoS == 1 || id == 0 {
+		s.origins.routing.RLock()
+		defer s.origins.routing.RUnlock()
+		if s.origins.stopped {
+			return false, fmt.Errorf("publish %q: %w", m.Topic, ErrStopping)
 		}
-		return false, fmt.Errorf("publish %q: %w", m.Topic, ErrStopping)
-	}
-	return dup, err
-}
-
-func (s *Server) publishExactlyOnce(origin string, id uint16, m *Message) (dup bool, err error) {
-	if m.QoS != 2 || id == 0 {
 		return false, s.Publish(m)
 	}
 	if err := packet.ValidTopicName(m.Topic); err != nil {
@@ -171,9 +170,10 @@ func (s *Server) publishExactlyOnce(origin string, id uint16, m *Message) (dup b
 		s.origins.add(origin, id)
 		return false, nil
 	}
-	g := s.state.Begin(origin, id)
-	pending, _, err := s.routeKept(m, d)
-	pos := g.Commit(err == nil)
+	pending, pos, err := s.routeGroup(origin, id, m, d)
+	if errors.Is(err, ErrStopping) {
+		return false, err
+	}
 	if err == nil && pending {
 		err = <-d.ch // the sinks; the state records are in the group, waited for below
 	}
@@ -192,9 +192,30 @@ func (s *Server) publishExactlyOnce(origin string, id uint16, m *Message) (dup b
 	return false, nil
 }
 
-// routed routes m and waits for its verdict.
+// routeGroup routes m inside a state store group for origin's id
+// (committed with the id unless routing failed at once), unless the
+// broker is stopping; pos is the group's.
+func (s *Server) routeGroup(origin string, id uint16, m *Message, d *syncKeep) (pending bool, pos uint64, err error) {
+	s.origins.routing.RLock()
+	defer s.origins.routing.RUnlock()
+	if s.origins.stopped {
+		return false, 0, fmt.Errorf("publish %q: %w", m.Topic, ErrStopping)
+	}
+	g := s.state.Begin(origin, id)
+	pending, _, err = s.routeKept(m, d)
+	return pending, g.Commit(err == nil), err
+}
+
+// routed routes m and waits for its verdict, unless the broker is
+// stopping.
 func (s *Server) routed(m *Message, d *syncKeep) error {
+	s.origins.routing.RLock()
+	if s.origins.stopped {
+		s.origins.routing.RUnlock()
+		return fmt.Errorf("publish %q: %w", m.Topic, ErrStopping)
+	}
 	pending, _, err := s.routeKept(m, d)
+	s.origins.routing.RUnlock()
 	if pending {
 		err = <-d.ch
 	}

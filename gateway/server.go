@@ -204,6 +204,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			s.origins.stop() // before the sessions stop taking messages (exactlyonce.go)
 			s.reg.shutdown()
 			return nil
 		case <-t.C:
