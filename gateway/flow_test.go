@@ -17,16 +17,22 @@ import (
 // faster than one subscriber's window drains. Acknowledged messages are
 // never dropped: the publishers' acks wait for the subscriber's queue to
 // drain (their own windows slow them down) instead of the queue overflowing.
-// "Keeps up" is FlowStall: 30 s here, not the 250 ms default, because
-// under -race next to other test packages the paho subscriber has missed
-// 250 ms (132 messages dropped in 1 of 3 full runs), and then the
-// overflow policy dropping is right: that is TestFlowControlStuckSubscriber's
-// subject, not this one's.
+//
+// "Keeps up" is the stall guard (FlowStall, at most WriteTimeout): a
+// subscriber whose oldest unacknowledged message is older is given up on,
+// and then the overflow policy rightly drops (TestFlowControlStuckSubscriber's
+// subject, not this one's). Any such bound is a wall-clock race with the
+// paho subscriber's acks, which a loaded machine loses now and then (QoS 2
+// most, with two round trips a message). So the guard is an hour, far past
+// this test's own deadlines: the subscriber keeps up by definition whatever
+// the machine's speed, and the outcome depends only on the events
+// (publishes, acks, the queue draining). That the guard never fired is
+// checked too.
 func TestFlowControlNoLossWhileSubscriberKeepsUp(t *testing.T) {
 	for _, qos := range []byte{1, 2} {
 		t.Run(fmt.Sprintf("qos%d", qos), func(t *testing.T) {
 			b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxQueuedMessages: 40, MaxInflight: 4,
-				FlowStall: 30 * time.Second, WriteTimeout: time.Minute})
+				FlowStall: time.Hour, WriteTimeout: time.Hour})
 			var got collector
 			sub := pahoClient(t, b.addr, "sink", true, nil)
 			waitTok(t, sub.Subscribe("fan/#", qos, got.handle), "subscribe")
@@ -67,6 +73,9 @@ func TestFlowControlNoLossWhileSubscriberKeepsUp(t *testing.T) {
 			}
 			if got.len() != pubs*each {
 				t.Fatalf("received %d, want %d", got.len(), pubs*each)
+			}
+			if st := b.srv.Stats(); st.SlowConsumers != 0 {
+				t.Fatalf("the subscriber was judged slow (%d) with an hour's stall guard", st.SlowConsumers)
 			}
 		})
 	}
