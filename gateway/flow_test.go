@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -132,5 +133,68 @@ func TestFlowControlNotForOfflineSessions(t *testing.T) {
 	}
 	if n := drops(b, "queue_full"); n != 80 {
 		t.Fatalf("queue_full drops = %d, want 80 (100 published, 20 kept)", n)
+	}
+}
+
+// failingSink keeps nothing: every verdict is an error, from its own
+// goroutine, as a spool's flusher would report a disk failure.
+type failingSink struct{ wg sync.WaitGroup }
+
+func (f *failingSink) Accept(*gateway.Message) error { return errors.New("disk full") }
+
+func (f *failingSink) AcceptAsync(_ *gateway.Message, done func(error)) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		done(errors.New("disk full"))
+	}()
+}
+
+// TestNoDeadlockFlowControlAndFailingSink: the lock order (doc.go) holds
+// with one v5 client subscribed to a topic it publishes to (flow
+// control opens its ack slots while routing) and QoS 2 messages whose sink
+// fails from another goroutine (negative acks and QoS 2 state updates).
+// The broker must stay responsive.
+func TestNoDeadlockFlowControlAndFailingSink(t *testing.T) {
+	// The client floods without waiting for acks: it is allowed to by a
+	// Receive Maximum above what it sends (the broker enforces it).
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxInflight: 1, ReceiveMaximum: 65535, MaxQueuedMessages: 4})
+	sink := &failingSink{}
+	// The broker first: its readers may still be handing the flood's last
+	// messages to the sink (wg.Add) when the test returns, and a
+	// WaitGroup must not be waited on while it can still be added to.
+	defer func() { b.stop(); sink.wg.Wait() }()
+	b.srv.AddSink("cloud", "s", sink)
+	rc := rawDial(t, b.addr, packet.V5)
+	rc.hook = autoAck // set before the reader starts
+	rc.connect(&packet.Connect{ClientID: "loop", CleanStart: true, KeepAlive: 60})
+	rc.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "t", QoS: 1})
+	for i := 0; i < 2000; i++ {
+		id := uint16(i%60000 + 1)
+		if i%2 == 0 {
+			rc.send(&packet.Publish{Topic: "s", QoS: 2, PacketID: id, Payload: []byte("x")})
+		} else {
+			rc.send(&packet.Publish{Topic: "t", QoS: 1, PacketID: id, Payload: []byte("y")})
+		}
+	}
+	// Responsive: Stats takes every session lock; a ping needs the reader.
+	done := make(chan struct{})
+	go func() { b.srv.Stats(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stats blocked: the broker is deadlocked")
+	}
+	rc.send(&packet.Pingreq{})
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case p := <-rc.in:
+			if p.Type() == packet.PINGRESP {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no PINGRESP: the connection is wedged")
+		}
 	}
 }

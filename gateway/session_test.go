@@ -320,3 +320,27 @@ func TestSessionExpiryV5(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestQueueOverflowDropsOldest(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxQueuedMessages: 5})
+	c, _ := rawConnect(t, b.addr, packet.V311, "ovf", false, nil)
+	c.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "ovf/t", QoS: 1})
+	c.disconnect()
+	before := drops(b, "queue_full")
+	publishN(t, b, "ovf/t", 12)
+	if got := drops(b, "queue_full") - before; got != 7 {
+		t.Errorf("queue_full drops %d, want 7", got)
+	}
+	c2, _ := rawConnect(t, b.addr, packet.V311, "ovf", false, nil)
+	for i := 7; i < 12; i++ {
+		p := c2.nextPublish(10 * time.Second)
+		c2.ackPublish(p)
+		if string(p.Payload) != fmt.Sprint(i) {
+			t.Fatalf("got %q, want %d (the oldest are dropped)", p.Payload, i)
+		}
+	}
+	c2.send(&packet.Disconnect{})
+	c2.expectClose(10 * time.Second)
+	c3, _ := rawConnect(t, b.addr, packet.V311, "ovf", true, nil)
+	c3.disconnect()
+}
