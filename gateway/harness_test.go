@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -70,4 +72,99 @@ func dial(t testing.TB, addr string) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// cutProxy forwards TCP between clients and a broker. Once cut, what the
+// client sends is read and kept (not forwarded), as a link that lost its
+// upstream direction; drop then closes every forwarded connection.
+type cutProxy struct {
+	l    net.Listener
+	to   string
+	mu   sync.Mutex
+	cut  bool
+	kept bytes.Buffer // client bytes swallowed while cut
+	open []net.Conn
+	wg   sync.WaitGroup
+}
+
+func (p *cutProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", p.to)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.open = append(p.open, c, u)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); io.Copy(c, u); c.Close() }()
+		go func() {
+			defer p.wg.Done()
+			defer u.Close()
+			buf := make([]byte, 4096)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					p.mu.Lock()
+					cut := p.cut
+					if cut {
+						p.kept.Write(buf[:n])
+					}
+					p.mu.Unlock()
+					if !cut {
+						if _, err := u.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (p *cutProxy) setCut(v bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = v
+}
+
+func (p *cutProxy) swallowed() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Clone(p.kept.Bytes())
+}
+
+func (p *cutProxy) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.open {
+		c.Close()
+	}
+	p.open = nil
+}
+
+func startCutProxy(t *testing.T, to string) *cutProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{l: l, to: to}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		l.Close()
+		p.drop()
+		p.wg.Wait()
+	})
+	return p
 }
