@@ -78,20 +78,11 @@ func kind(persistent bool) string {
 // connection handle what it had received).
 func TestNoWillOnQuickReconnect(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	watch := willWatcher(t, b)
+	watch := willObserver(t, b)
 	for _, v := range []packet.Version{packet.V311, packet.V5} {
 		flapWithWill(t, b, v, func(int) []packet.Packet { return nil })
 	}
 	expectNoFlapperWill(t, b, watch)
-}
-
-// willWatcher subscribes to will/# (where the flapper's will and the
-// marker go) at QoS 0.
-func willWatcher(t *testing.T, b *broker) *rawClient {
-	t.Helper()
-	watch, _ := rawConnect(t, b.addr, packet.V311, "watcher", true, nil)
-	watch.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "will/#"})
-	return watch
 }
 
 // flapWithWill connects client id "flapper", with a will on will/flapper,
@@ -203,7 +194,7 @@ func TestWillOnTakeoverDrain(t *testing.T) {
 	for _, second := range []string{"subscribe", "qos2"} {
 		t.Run(second, func(t *testing.T) {
 			b := startBroker(t, gateway.Options{AllowAnonymous: true})
-			watch := willWatcher(t, b)
+			watch := willObserver(t, b)
 			flapWithWill(t, b, packet.V311, func(i int) []packet.Packet {
 				if second == "subscribe" {
 					return []packet.Packet{&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "a", QoS: 1}}}}
