@@ -31,9 +31,7 @@ func TestSecurityReloadDeniesQueuedMessages(t *testing.T) {
 	denyPublic(t, files)
 	pub(2, "shared/end", "end")
 	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-rq", false, login("alice"))
-	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-		t.Fatalf("after a reload denying shared/public/#, alice's resumed session received %q", got)
-	}
+	nothingBeforeMarker(t, alice, "after a reload denying shared/public/#, alice's resumed session")
 }
 
 // The same after a restart with the changed ACL: the queue restored from
@@ -48,9 +46,7 @@ func TestSecurityRestartDeniesRestoredQueue(t *testing.T) {
 	b, files := secureBrokerState(t, false, nil, dir, nil)
 	denyPublic(t, files)
 	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-rs", false, login("alice"))
-	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-		t.Fatalf("after a restart with shared/public/# denied, alice's restored session received %q", got)
-	}
+	nothingBeforeMarker(t, alice, "after a restart with shared/public/# denied, alice's restored session")
 }
 
 // queuedForOffline leaves body, published by bob on shared/public/x at
@@ -61,7 +57,7 @@ func queuedForOffline(t *testing.T, b *broker, id, body string) func(pid uint16,
 	alice, _ := rawConnect(t, b.addr, packet.V311, id, false, login("alice"))
 	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 1})
 	alice.disconnect()
-	testutil.Eventually(t, 10*time.Second, id+" offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, id+" offline")
 	pub := bobPublisher(t, b, id+"-bob")
 	pub(1, "shared/public/x", body)
 	return pub
@@ -78,9 +74,7 @@ func TestSecurityReloadDeniesInflightResend(t *testing.T) {
 	pub := bobPublisher(t, b, "alice-if-bob2")
 	pub(2, "shared/end", "end")
 	alice, _ = rawConnect(t, b.addr, packet.V311, "alice-if", false, login("alice"))
-	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-		t.Fatalf("after a reload denying shared/public/#, the resumed session was sent %q again", got)
-	}
+	nothingBeforeMarker(t, alice, "after a reload denying shared/public/#, the resumed session")
 }
 
 // A QoS 2 flow started before the same reload is not sent again either:
@@ -112,19 +106,15 @@ func TestSecurityReloadReleasesStartedQoS2(t *testing.T) {
 			}
 			pub := bobPublisher(t, b, id+"-bob2")
 			pub(2, "shared/end", "end")
-			if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-				t.Fatalf("after a reload denying shared/public/#, the resumed session was sent %q", got)
-			}
+			nothingBeforeMarker(t, alice, "after a reload denying shared/public/#, the resumed session")
 			testutil.Eventually(t, 10*time.Second, "nothing in flight", func() bool { return b.srv.Stats().Inflight == 0 })
 			// Ended for good: a session resumed once more is sent no
 			// PUBREL (nor PUBLISH) for it before the next message.
 			alice.close()
-			testutil.Eventually(t, 10*time.Second, id+" offline", func() bool { _, d := sessions(b); return d == 1 })
+			waitOneOffline(t, b, id+" offline")
 			alice, _ = rawConnect(t, b.addr, v, id, false, loginKeep("alice", v))
 			pub(3, "shared/end", "end")
-			if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-				t.Fatalf("the second resume was sent %q", got)
-			}
+			nothingBeforeMarker(t, alice, "the second resume")
 		})
 	}
 }
@@ -142,7 +132,7 @@ func TestSecurityReloadKeepsPubrelResend(t *testing.T) {
 	alice.send(&packet.Pubrec{PacketID: p.PacketID})
 	expect[*packet.Pubrel](t, alice, 10*time.Second)
 	alice.close() // no PUBCOMP: the PUBREL stays in flight
-	testutil.Eventually(t, 10*time.Second, "alice-rel offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, "alice-rel offline")
 
 	denyPublic(t, files)
 	alice, _ = rawConnect(t, b.addr, packet.V311, "alice-rel", false, login("alice"))
@@ -166,9 +156,7 @@ func TestSecurityRestartDeniesInflightResend(t *testing.T) {
 	pub := bobPublisher(t, b, "alice-ifr-bob2")
 	pub(2, "shared/end", "end")
 	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-ifr", false, login("alice"))
-	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-		t.Fatalf("after a restart with shared/public/# denied, the restored session was sent %q again", got)
-	}
+	nothingBeforeMarker(t, alice, "after a restart with shared/public/# denied, the restored session")
 }
 
 // The same after a restart with the changed ACL: the QoS 2 flow restored
@@ -188,7 +176,7 @@ func TestSecurityRestartReleasesStartedQoS2(t *testing.T) {
 		t.Fatalf("PUBREL for id %d, want the started flow's %d", rel.PacketID, pid)
 	}
 	alice.close() // no PUBCOMP
-	testutil.Eventually(t, 10*time.Second, "alice-q2r offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, "alice-q2r offline")
 	b.stop()
 
 	b, _ = secureBrokerState(t, false, nil, dir, nil)
@@ -199,9 +187,7 @@ func TestSecurityRestartReleasesStartedQoS2(t *testing.T) {
 	alice.send(&packet.Pubcomp{PacketID: pid})
 	pub := bobPublisher(t, b, "alice-q2r-bob2")
 	pub(2, "shared/end", "end")
-	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-		t.Fatalf("the restored session was sent %q", got)
-	}
+	nothingBeforeMarker(t, alice, "the restored session")
 }
 
 // denyPublic reloads the ACL with shared/public/# denied to alice.
@@ -261,7 +247,7 @@ func inflightAfterDrop(t *testing.T, b *broker, id string, qos byte, v ...packet
 		t.Fatalf("alice got %q at QoS %d", p.Topic, p.QoS)
 	}
 	alice.close() // no acknowledgement: the message stays in flight
-	testutil.Eventually(t, 10*time.Second, id+" offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, id+" offline")
 	return alice, p.PacketID
 }
 
@@ -288,7 +274,7 @@ func TestSecurityReleasedQoS2Window(t *testing.T) {
 		want[p.PacketID] = true
 	}
 	alice.close() // neither acknowledged
-	testutil.Eventually(t, 10*time.Second, id+" offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, id+" offline")
 	if st := b.srv.Stats(); st.Inflight != 2 || st.QueuedBytes == 0 {
 		t.Fatalf("before the resume: %d in flight, %d bytes queued; want 2 and the payloads", st.Inflight, st.QueuedBytes)
 	}
@@ -317,9 +303,7 @@ func TestSecurityReleasedQoS2Window(t *testing.T) {
 	}
 	pub := bobPublisher(t, b, id+"-bob2")
 	pub(2, "shared/end", "end")
-	if got := untilMarker(t, alice, "shared/end"); len(got) != 0 {
-		t.Fatalf("the resumed session was sent %q", got)
-	}
+	nothingBeforeMarker(t, alice, "the resumed session")
 }
 
 // A receiver that got the QoS 2 PUBLISH before the reload, but whose

@@ -17,10 +17,7 @@ import (
 // conformance probe with python3-paho-mqtt, when only 0x04 kept the will.
 func TestWillOnErrorDisconnect(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	w := rawDial(t, b.addr, packet.V5)
-	w.hook = autoAck
-	w.connect(&packet.Connect{ClientID: "watcher", CleanStart: true, KeepAlive: 60})
-	w.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "will/#", QoS: 1})
+	w := ackingSubscriber(t, b.addr, packet.V5, "watcher", packet.Subscription{Filter: "will/#", QoS: 1})
 	c, _ := rawConnect(t, b.addr, packet.V5, "dying", true, func(cp *packet.Connect) {
 		cp.Will = &packet.Will{Topic: "will/dying", QoS: 1, Payload: []byte("gone")}
 	})

@@ -165,10 +165,7 @@ func TestNoDeadlockFlowControlAndFailingSink(t *testing.T) {
 	// WaitGroup must not be waited on while it can still be added to.
 	defer func() { b.stop(); sink.wg.Wait() }()
 	b.srv.AddSink("cloud", "s", sink)
-	rc := rawDial(t, b.addr, packet.V5)
-	rc.hook = autoAck // set before the reader starts
-	rc.connect(&packet.Connect{ClientID: "loop", CleanStart: true, KeepAlive: 60})
-	rc.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "t", QoS: 1})
+	rc := ackingSubscriber(t, b.addr, packet.V5, "loop", packet.Subscription{Filter: "t", QoS: 1})
 	for i := 0; i < 2000; i++ {
 		id := uint16(i%60000 + 1)
 		if i%2 == 0 {

@@ -167,10 +167,7 @@ func TestReceiveMaximumEnforced(t *testing.T) {
 
 func TestQoS2InboundDuplicate(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	sub := rawDial(t, b.addr, packet.V311)
-	sub.hook = autoAck
-	sub.connect(&packet.Connect{ClientID: "q2-sub", CleanStart: true, KeepAlive: 60})
-	sub.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "q2/#", QoS: 2})
+	sub := ackingSubscriber(t, b.addr, packet.V311, "q2-sub", packet.Subscription{Filter: "q2/#", QoS: 2})
 
 	for _, v := range []packet.Version{packet.V311, packet.V5} {
 		t.Run(v.String(), func(t *testing.T) {

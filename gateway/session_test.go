@@ -43,6 +43,13 @@ func receiveN(t *testing.T, rc *rawClient, n int, wantDup bool) {
 	}
 }
 
+// waitOneOffline waits until exactly one session is offline; what names it
+// for the failure.
+func waitOneOffline(t *testing.T, b *broker, what string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, what, func() bool { _, d := sessions(b); return d == 1 })
+}
+
 func sessions(b *broker) (connected, disconnected int) {
 	st := b.srv.Stats()
 	return st.SessionsConnected, st.SessionsDisconnected
@@ -64,7 +71,7 @@ func TestSessionPersistent(t *testing.T) {
 			}
 			c.subscribe(1, packet.Properties{}, packet.Subscription{Filter: topic, QoS: 1})
 			c.disconnect()
-			testutil.Eventually(t, 5*time.Second, "session offline", func() bool { _, d := sessions(b); return d == 1 })
+			waitOneOffline(t, b, "session offline")
 
 			publishN(t, b, topic, 10)
 			if st := b.srv.Stats(); st.QueuedMessages != 10 {

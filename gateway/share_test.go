@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -15,37 +16,63 @@ import (
 // own (not only the group's) ends with the session.
 func TestSharedRedeliveredWhenMemberSessionExpires(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	a, _ := rawConnect(t, b.addr, packet.V5, "member-a", true, func(cp *packet.Connect) {
-		cp.Props.ReceiveMaximum = 1
-		cp.Props.Set(packet.PropReceiveMaximum)
-		cp.Props.SessionExpiry = 1
-		cp.Props.Set(packet.PropSessionExpiry)
-	})
-	a.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/job/#", QoS: 1})
+	a := heldByMemberA(t, b, "job", withExpiry(1))
+	m := ackingSubscriber(t, b.addr, packet.V5, "member-b", packet.Subscription{Filter: "$share/g/job/#", QoS: 1})
+	a.close() // the session waits 1 s for its client, then expires
+	got := memberPayloads(t, m, 2, 10*time.Second, "after member a's session expired")
+	if got[0] != "m0" || got[1] != "m1" {
+		t.Fatalf("member b got %v, want [m0 m1]: the one in flight first", got)
+	}
+}
+
+// heldByMemberA connects member-a of group g on topic/# at QoS 1 (MQTT 5,
+// Receive Maximum 1, acknowledging nothing; mod adds to its CONNECT),
+// publishes m0 and m1 to topic/1 from a v5 producer and checks that
+// member a got m0: m0 is then in flight to it, and m1 waits in its queue.
+func heldByMemberA(t *testing.T, b *broker, topic string, mod func(*packet.Connect)) *rawClient {
+	t.Helper()
+	a := windowOneMember(t, b, "$share/g/"+topic+"/#", 1, mod)
 	pub := v5Client(t, b, "producer", nil)
-	pub.pub1(1, &packet.Publish{Topic: "job/1", Payload: []byte("m0")})
-	pub.pub1(2, &packet.Publish{Topic: "job/1", Payload: []byte("m1")})
+	pub.pub1(1, &packet.Publish{Topic: topic + "/1", Payload: []byte("m0")})
+	pub.pub1(2, &packet.Publish{Topic: topic + "/1", Payload: []byte("m1")})
 	if p := a.nextPublish(5 * time.Second); string(p.Payload) != "m0" {
 		t.Fatalf("member a got %q first, want m0", p.Payload)
 	}
-	m := rawDial(t, b.addr, packet.V5)
-	m.hook = autoAck
-	m.connect(&packet.Connect{ClientID: "member-b", CleanStart: true, KeepAlive: 60})
-	m.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/job/#", QoS: 1})
-	a.close() // the session waits 1 s for its client, then expires
+	return a
+}
+
+// windowOneMember connects member-a of a shared subscription on filter at
+// qos: MQTT 5, Receive Maximum 1 (one message in flight at a time), and it
+// acknowledges nothing itself; mod adds to its CONNECT.
+func windowOneMember(t *testing.T, b *broker, filter string, qos byte, mod func(*packet.Connect)) *rawClient {
+	t.Helper()
+	a, _ := rawConnect(t, b.addr, packet.V5, "member-a", true, func(cp *packet.Connect) {
+		cp.Props.ReceiveMaximum = 1
+		cp.Props.Set(packet.PropReceiveMaximum)
+		if mod != nil {
+			mod(cp)
+		}
+	})
+	a.subscribe(1, packet.Properties{}, packet.Subscription{Filter: filter, QoS: qos})
+	return a
+}
+
+// memberPayloads reads the payloads of the next n PUBLISH packets on rc
+// (other packets skipped); after says what happened before, for the
+// failure.
+func memberPayloads(t *testing.T, rc *rawClient, n int, d time.Duration, after string) []string {
+	t.Helper()
 	var got []string
-	for len(got) < 2 {
-		p, err := m.nextErr(10 * time.Second)
+	for len(got) < n {
+		p, err := rc.nextErr(d)
 		if err != nil {
-			t.Fatalf("member b got %v after member a's session expired: %v", got, err)
+			t.Fatalf("member b got %v %s: %v", got, after, err)
 		}
 		if pp, ok := p.(*packet.Publish); ok {
 			got = append(got, string(pp.Payload))
 		}
 	}
-	if got[0] != "m0" || got[1] != "m1" {
-		t.Fatalf("member b got %v, want [m0 m1]: the one in flight first", got)
-	}
+	return got
 }
 
 // TestSharedRedeliveredWhenMemberSessionEnds: a member of a shared
@@ -59,35 +86,11 @@ func TestSharedRedeliveredWhenMemberSessionExpires(t *testing.T) {
 // the publisher had its PUBACKs.
 func TestSharedRedeliveredWhenMemberSessionEnds(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	// Member a never acknowledges and takes one message at a time.
-	a, _ := rawConnect(t, b.addr, packet.V5, "member-a", true, func(cp *packet.Connect) {
-		cp.Props.ReceiveMaximum = 1
-		cp.Props.Set(packet.PropReceiveMaximum)
-	})
-	a.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/work/#", QoS: 1})
-	pub := v5Client(t, b, "producer", nil)
-	pub.pub1(1, &packet.Publish{Topic: "work/1", Payload: []byte("m0")})
-	pub.pub1(2, &packet.Publish{Topic: "work/1", Payload: []byte("m1")})
-	if p := a.nextPublish(5 * time.Second); string(p.Payload) != "m0" {
-		t.Fatalf("member a got %q first, want m0", p.Payload)
-	}
-	// m0 is in flight to a (unacknowledged), m1 waits in a's queue.
-	m := rawDial(t, b.addr, packet.V5)
-	m.hook = autoAck
-	m.connect(&packet.Connect{ClientID: "member-b", CleanStart: true, KeepAlive: 60})
-	m.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/work/#", QoS: 1})
+	a := heldByMemberA(t, b, "work", nil)
+	m := ackingSubscriber(t, b.addr, packet.V5, "member-b", packet.Subscription{Filter: "$share/g/work/#", QoS: 1})
 	a.close() // a's connection breaks; its session (expiry 0) ends with it
-	got := map[string]bool{}
-	for range 2 {
-		p, err := m.nextErr(5 * time.Second)
-		if err != nil {
-			t.Fatalf("member b got %v of m0, m1 after member a's session ended: %v (5.0 §4.8.2: SHOULD go to another member)", got, err)
-		}
-		if pp, ok := p.(*packet.Publish); ok {
-			got[string(pp.Payload)] = true
-		}
-	}
-	if !got["m0"] || !got["m1"] {
+	got := memberPayloads(t, m, 2, 5*time.Second, "after member a's session ended (5.0 §4.8.2: SHOULD go to another member)")
+	if !slices.Contains(got, "m0") || !slices.Contains(got, "m1") {
 		t.Fatalf("member b got %v, want m0 and m1", got)
 	}
 }
@@ -102,11 +105,7 @@ func TestSharedRedeliveredWhenMemberSessionEnds(t *testing.T) {
 // published tells whether m0 went to it.
 func TestSharedQoS2InFlightNotRedelivered(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	a, _ := rawConnect(t, b.addr, packet.V5, "member-a", true, func(cp *packet.Connect) {
-		cp.Props.ReceiveMaximum = 1
-		cp.Props.Set(packet.PropReceiveMaximum)
-	})
-	a.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/q2/#", QoS: 2})
+	a := windowOneMember(t, b, "$share/g/q2/#", 2, nil)
 	pub := v5Client(t, b, "producer", nil)
 	pub.send(&packet.Publish{Topic: "q2/1", QoS: 2, PacketID: 1, Payload: []byte("m0")})
 	expect[*packet.Pubrec](t, pub, 10*time.Second)
@@ -114,10 +113,7 @@ func TestSharedQoS2InFlightNotRedelivered(t *testing.T) {
 		t.Fatalf("member a got %q QoS %d, want m0 at QoS 2", p.Payload, p.QoS)
 	}
 	// m0 is in flight to a at QoS 2 (PUBLISH sent, no PUBREC).
-	m := rawDial(t, b.addr, packet.V5)
-	m.hook = autoAck
-	m.connect(&packet.Connect{ClientID: "member-b", CleanStart: true, KeepAlive: 60})
-	m.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/q2/#", QoS: 2})
+	m := ackingSubscriber(t, b.addr, packet.V5, "member-b", packet.Subscription{Filter: "$share/g/q2/#", QoS: 2})
 	// Member a comes back with a clean start: its old session ends.
 	rawConnect(t, b.addr, packet.V5, "member-a", true, nil)
 	pub.send(&packet.Pubrel{PacketID: 1})

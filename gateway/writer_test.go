@@ -357,7 +357,7 @@ func TestV5ExpiryKeepsSentQoS2(t *testing.T) {
 		t.Fatalf("alice got %q at QoS %d", p.Payload, p.QoS)
 	}
 	alice.close() // no PUBREC: the flow is in flight
-	testutil.Eventually(t, 10*time.Second, id+" offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, id+" offline")
 	<-time.After(time.Until(routed.Add(2 * time.Second))) // the 1 s expiry passes while the session is offline
 
 	alice, _ = rawConnect(t, b.addr, packet.V5, id, false, withExpiry(60))
@@ -442,15 +442,7 @@ func TestSlowConsumer(t *testing.T) {
 			baseRate := float64(baselineN) / time.Since(start).Seconds()
 
 			// A subscriber that connects, subscribes and never reads again.
-			stuck := rawDial(t, b.addr, packet.V311)
-			stuck.conn.(*net.TCPConn).SetReadBuffer(16 << 10)
-			conn, _ := packet.Append(nil, &packet.Connect{ProtocolName: "MQTT", Version: packet.V311,
-				ClientID: "stuck", CleanStart: true, KeepAlive: 0}, packet.V311)
-			sub, _ := packet.Append(nil, &packet.Subscribe{PacketID: 1,
-				Subscriptions: []packet.Subscription{{Filter: "slow/t", QoS: qos}}}, packet.V311)
-			if err := stuck.write(append(conn, sub...)); err != nil {
-				t.Fatal(err)
-			}
+			stuck := stuckSubscriber(t, b, qos)
 			waitSubs(t, b, 2)
 
 			// Publish while it exists, until the broker drops it.
@@ -494,6 +486,23 @@ func TestSlowConsumer(t *testing.T) {
 	}
 }
 
+// stuckSubscriber connects a subscriber to slow/t at qos that never reads
+// (its reader is not started, its receive buffer small): it sends CONNECT
+// and SUBSCRIBE in one write and reads nothing back.
+func stuckSubscriber(t *testing.T, b *broker, qos byte) *rawClient {
+	t.Helper()
+	stuck := rawDial(t, b.addr, packet.V311)
+	stuck.conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+	conn, _ := packet.Append(nil, &packet.Connect{ProtocolName: "MQTT", Version: packet.V311,
+		ClientID: "stuck", CleanStart: true, KeepAlive: 0}, packet.V311)
+	sub, _ := packet.Append(nil, &packet.Subscribe{PacketID: 1,
+		Subscriptions: []packet.Subscription{{Filter: "slow/t", QoS: qos}}}, packet.V311)
+	if err := stuck.write(append(conn, sub...)); err != nil {
+		t.Fatal(err)
+	}
+	return stuck
+}
+
 // TestStuckSubscriberNeverHoldsThePublisher: a subscriber that stops
 // reading, and that the broker will not drop for an hour, does not hold
 // up a publisher on the same topic: the publisher's PUBACKs keep coming
@@ -514,15 +523,7 @@ func TestStuckSubscriberNeverHoldsThePublisher(t *testing.T) {
 				MaxQueuedBytes:    256 << 20,
 				MemoryBudget:      1 << 30,
 			})
-			stuck := rawDial(t, b.addr, packet.V311)
-			stuck.conn.(*net.TCPConn).SetReadBuffer(16 << 10)
-			conn, _ := packet.Append(nil, &packet.Connect{ProtocolName: "MQTT", Version: packet.V311,
-				ClientID: "stuck", CleanStart: true, KeepAlive: 0}, packet.V311)
-			sub, _ := packet.Append(nil, &packet.Subscribe{PacketID: 1,
-				Subscriptions: []packet.Subscription{{Filter: "slow/t", QoS: qos}}}, packet.V311)
-			if err := stuck.write(append(conn, sub...)); err != nil {
-				t.Fatal(err)
-			}
+			stuckSubscriber(t, b, qos)
 			waitSubs(t, b, 1)
 
 			pub, _ := rawConnect(t, b.addr, packet.V311, "pub", true, nil)
