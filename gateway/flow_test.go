@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -134,20 +133,6 @@ func TestFlowControlNotForOfflineSessions(t *testing.T) {
 	if n := drops(b, "queue_full"); n != 80 {
 		t.Fatalf("queue_full drops = %d, want 80 (100 published, 20 kept)", n)
 	}
-}
-
-// failingSink keeps nothing: every verdict is an error, from its own
-// goroutine, as a spool's flusher would report a disk failure.
-type failingSink struct{ wg sync.WaitGroup }
-
-func (f *failingSink) Accept(*gateway.Message) error { return errors.New("disk full") }
-
-func (f *failingSink) AcceptAsync(_ *gateway.Message, done func(error)) {
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		done(errors.New("disk full"))
-	}()
 }
 
 // TestNoDeadlockFlowControlAndFailingSink: the lock order (doc.go) holds

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/edgegw/edgegw/gateway"
+	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
@@ -167,4 +170,60 @@ func startCutProxy(t *testing.T, to string) *cutProxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// publishN publishes n QoS 1 messages "0".."n-1" to topic from a fresh
+// client and waits for every PUBACK.
+func publishN(t *testing.T, b *broker, topic string, n int) {
+	t.Helper()
+	p, _ := rawConnect(t, b.addr, packet.V311, "", true, nil)
+	for i := range n {
+		p.send(&packet.Publish{QoS: 1, PacketID: uint16(i + 1), Topic: topic, Payload: []byte(fmt.Sprint(i))})
+		if a := expect[*packet.Puback](t, p, 10*time.Second); a.PacketID != uint16(i+1) {
+			t.Fatalf("puback %d, want %d", a.PacketID, i+1)
+		}
+	}
+	p.disconnect()
+}
+
+// receiveN reads n publishes, acks them and checks payloads "0".."n-1".
+func receiveN(t *testing.T, rc *rawClient, n int, wantDup bool) {
+	t.Helper()
+	for i := range n {
+		p := rc.nextPublish(10 * time.Second)
+		if string(p.Payload) != fmt.Sprint(i) {
+			t.Fatalf("message %d: payload %q", i, p.Payload)
+		}
+		if p.Dup != wantDup {
+			t.Fatalf("message %d: dup %v, want %v", i, p.Dup, wantDup)
+		}
+		rc.ackPublish(p)
+	}
+}
+
+func sessions(b *broker) (connected, disconnected int) {
+	st := b.srv.Stats()
+	return st.SessionsConnected, st.SessionsDisconnected
+}
+
+// waitOneOffline waits until exactly one session is offline; what names it
+// for the failure.
+func waitOneOffline(t *testing.T, b *broker, what string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, what, func() bool { _, d := sessions(b); return d == 1 })
+}
+
+func withExpiry(secs uint32) func(*packet.Connect) {
+	return func(cp *packet.Connect) {
+		cp.Props.SessionExpiry = secs
+		cp.Props.Set(packet.PropSessionExpiry)
+	}
+}
+
+func both(fs ...func(*packet.Connect)) func(*packet.Connect) {
+	return func(cp *packet.Connect) {
+		for _, f := range fs {
+			f(cp)
+		}
+	}
 }

@@ -262,30 +262,6 @@ func TestSelfSubscribedPublisherPaho(t *testing.T) {
 	checkInOrderOnce(t, got.payloads(), selfPublishN)
 }
 
-// blockingSink is a synchronous Sink whose Accept waits until the test
-// lets it go, as a sink that waits for a disk flush does (Sink: "Accept may
-// wait"). It blocks the publisher's reader for as long as it waits.
-type blockingSink struct {
-	entered chan struct{}
-	release chan struct{}
-	once    sync.Once
-}
-
-func (s *blockingSink) Accept(*gateway.Message) error {
-	select {
-	case s.entered <- struct{}{}:
-	default:
-	}
-	<-s.release
-	return nil
-}
-
-func (s *blockingSink) let() { s.once.Do(func() { close(s.release) }) }
-
-func newBlockingSink() *blockingSink {
-	return &blockingSink{entered: make(chan struct{}, 1), release: make(chan struct{})}
-}
-
 // TestBlockedReaderDoesNotHoldItsWrites: a connection's reader that is
 // blocked handling a packet (here in a synchronous sink) must not hold up
 // what other goroutines queue for that connection: a message published in
