@@ -49,6 +49,8 @@
 //	inbound.go        a publisher's incoming flows: the v5 Receive Maximum
 //	                  count, the inbound QoS 2 packet ids (a resent PUBLISH
 //	                  is not delivered twice)
+//	exactlyonce.go    a bridge's inbound QoS 2: its packet id kept with the
+//	                  routing in one state record (PublishExactlyOnce, Release)
 //	registry.go       the life of sessions: attach, detach, expiry, wills
 //	session.go        one session: its queue (deliver), release
 //	outbound.go       a session's in-flight window: what the writer takes
