@@ -53,6 +53,9 @@ type session struct {
 	nextID      uint16
 	inboundQoS2 map[uint16]*inbound2 // received, PUBREL not yet seen
 
+	drainFor *client       // the server is stopping: nothing more is sent on it (drain.go)
+	drained  chan struct{} // closed when nothing sent on drainFor awaits its PUBACK/PUBREC
+
 	will      *Message // pending will after an abnormal close with a delay
 	willTimer *time.Timer
 	willAt    time.Time // when will is due
@@ -308,7 +311,7 @@ func (s *session) writerBehind() bool {
 func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes int64, out []outgoing) (_ []outgoing, rel []*keep, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn != c || s.destroyed {
+	if s.conn != c || s.destroyed || s.drainFor == c {
 		return out, nil, false
 	}
 	defer func() {
@@ -445,6 +448,7 @@ func (s *session) forget(id uint16, f *outflight) {
 		s.charge(-f.q.msg.size())
 	}
 	s.unstore(f.q)
+	s.drainProgress()
 }
 
 // dropUnsendable releases an in-flight message the client cannot take (too
@@ -511,6 +515,7 @@ func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVe
 		f.released = true
 		s.charge(-f.q.msg.size()) // the payload is no longer needed once PUBREC arrived
 		s.persistReleased(f.q)
+		s.drainProgress()
 	}
 	return ackIgnored, true, true
 }
@@ -701,6 +706,7 @@ func (s *session) release() []*keep {
 	s.order = nil
 	s.unsent = 0
 	s.needResend = false
+	s.drainProgress()
 	clear(s.inboundQoS2)
 	for _, it := range s.subs.items {
 		s.srv.subBytes.Add(-subCost(it.filter))
