@@ -41,6 +41,8 @@
 //	subscribe.go      SUBSCRIBE and UNSUBSCRIBE
 //	disconnect.go     DISCONNECT
 //	takeover.go       draining a connection whose session is taken over
+//	drain.go          a stop: a persistent session's flows settle before its
+//	                  connection closes
 //	route.go          routing a message to subscriptions; wills
 //	share.go          a shared subscription's copies handed to another
 //	                  member when a member's session ends

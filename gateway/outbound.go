@@ -42,7 +42,7 @@ type outgoing struct {
 func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes int64, out []outgoing) (_ []outgoing, rel []*keep, more bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn != c || s.destroyed {
+	if s.conn != c || s.destroyed || s.drainFor == c {
 		return out, nil, false
 	}
 	defer func() {
@@ -179,6 +179,7 @@ func (s *session) forget(id uint16, f *outflight) {
 		s.charge(-f.q.msg.size())
 	}
 	s.unstore(f.q)
+	s.drainProgress()
 }
 
 // dropUnsendable releases an in-flight message the client cannot take (too
@@ -245,6 +246,7 @@ func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVe
 		f.released = true
 		s.charge(-f.q.msg.size()) // the payload is no longer needed once PUBREC arrived
 		s.persistReleased(f.q)
+		s.drainProgress()
 	}
 	return ackIgnored, true, true
 }

@@ -53,6 +53,9 @@ type session struct {
 	nextID      uint16
 	inboundQoS2 map[uint16]*inbound2 // received, PUBREL not yet seen
 
+	drainFor *client       // the server is stopping: nothing more is sent on it (drain.go)
+	drained  chan struct{} // closed when nothing sent on drainFor awaits its PUBACK/PUBREC
+
 	will      *Message // pending will after an abnormal close with a delay
 	willTimer *time.Timer
 	willAt    time.Time // when will is due
@@ -193,6 +196,7 @@ func (s *session) release() []*keep {
 	s.order = nil
 	s.unsent = 0
 	s.needResend = false
+	s.drainProgress()
 	clear(s.inboundQoS2)
 	for _, it := range s.subs.items {
 		s.srv.subBytes.Add(-subCost(it.filter))
