@@ -67,6 +67,19 @@ func startDevice(t *testing.T, name string, cmd *exec.Cmd) *device {
 
 func (d *device) has(p string) bool { d.mu.Lock(); defer d.mu.Unlock(); return d.copies[p] > 0 }
 
+// newest returns the highest command number that arrived (-1: none).
+func (d *device) newest() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := -1
+	for p := range d.copies {
+		if i, err := strconv.Atoi(p); err == nil && i > k {
+			k = i
+		}
+	}
+	return k
+}
+
 // count returns how many of commands 0..n-1 arrived.
 func (d *device) count(n int) int {
 	d.mu.Lock()
@@ -111,14 +124,17 @@ func TestBridgeInboundQoS2ExactlyOnceAcrossRestart(t *testing.T) {
 
 // inboundQoS2Restart runs the stream over an uplink of protocol with one
 // stop by sig. A stop by SIGTERM must deliver every command once. After a
-// crash (crashed) one command may arrive twice at every device: the one
-// the bridge was routing when it died. The devices had it from memory at
-// once, its record (with its id) was not on disk yet, so the cloud, which
-// had no PUBREC, sends it again and it is routed again. The bridge routes
-// one command at a time and waits for its record before the next, so
-// there is at most one. A command may also arrive twice at one device:
-// the local hop's own window (docs/behaviour.md, "What a crash can
-// repeat").
+// crash (crashed) a command may arrive twice only if it was in flight
+// when edgegw died: the one the bridge was routing (the devices had it
+// from memory at once, its record with the cloud's id was not on disk
+// yet, so the cloud, which had no PUBREC, sends it again and it is routed
+// again; the bridge routes one command at a time and waits for its
+// record before the next), and those the local hop had sent to a device
+// within the last group commit (docs/behaviour.md, "What a crash can
+// repeat"), which can be the same command at both devices. Each waits
+// for an fsync, so only a few commands are in that window: a duplicate
+// further than crashWindow commands from the newest one delivered when
+// the signal went is a bug.
 func inboundQoS2Restart(t *testing.T, bin, protocol string, sig os.Signal, crashed bool) {
 	const n = 300                       // commands
 	const every = 10 * time.Millisecond // 100/s
@@ -182,6 +198,7 @@ bridges:
 		pubDone <- nil
 	}()
 	testutil.Eventually(t, 30*time.Second, "50 commands delivered", func() bool { return devices[0].count(n) >= 50 })
+	atSignal := max(devices[0].newest(), devices[1].newest())
 	g.cmd.Process.Signal(sig)
 	<-g.done
 	g.done <- nil
@@ -228,14 +245,20 @@ bridges:
 			t.Errorf("%s: %d of %d QoS 2 commands arrived more than once across a restart: %v", d.name, len(dups), n, dups)
 		}
 	}
-	var routedTwice []string
-	for p, k := range twice {
-		if k == len(devices) {
-			routedTwice = append(routedTwice, p)
+	var far []string
+	for p := range twice {
+		if i, err := strconv.Atoi(p); err != nil || i < atSignal-crashWindow || i > atSignal+crashWindow {
+			far = append(far, p)
 		}
 	}
-	t.Logf("routed twice (twice at every device): %v", routedTwice)
-	if allowed := map[bool]int{false: 0, true: 1}[crashed]; len(routedTwice) > allowed {
-		t.Errorf("%d commands arrived twice at every device (the bridge routed them twice; at most %d): %v", len(routedTwice), allowed, routedTwice)
+	t.Logf("newest command delivered when the signal went: %d; delivered twice: %v", atSignal, twice)
+	if crashed && len(far) > 0 {
+		t.Errorf("commands far from the crash (newest delivered %d, window %d) arrived twice: %v", atSignal, crashWindow, far)
 	}
 }
+
+// crashWindow bounds how far from the newest command delivered when
+// edgegw was killed a command repeated by the crash can be: at 100
+// commands a second and one routing per fsync (sync_interval 10 ms),
+// 20 commands is 200 ms, several group commits even on a loaded machine.
+const crashWindow = 20
