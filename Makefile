@@ -4,6 +4,8 @@
 #                 race tests, packaging and ARM (qemu) checks: every one of
 #                 them runs even when an earlier one fails, a summary says
 #                 which failed, and make test fails if any did
+#   make flaky    the race tests several times beside busy processes: every
+#                 test that failed even once (mk/flaky.mk)
 #   make build    build ./bin/edgegw for this machine
 
 GO       ?= go
@@ -16,7 +18,7 @@ PKG      := ./...
 
 # Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb),
 # mk/soak.mk (make soak), mk/hostile.mk (make hostile: attacks side by side
-# with mosquitto; not part of make test).
+# with mosquitto; not part of make test), mk/flaky.mk (make flaky).
 -include mk/*.mk
 
 all: build
