@@ -1,7 +1,11 @@
 # edgegw — build, test and ship.
 #
-#   make test     install test dependencies (if missing), vet, race tests,
-#                 packaging and ARM (qemu) checks
+#   make test     install test dependencies (if missing), then gofmt, vet,
+#                 race tests, packaging and ARM (qemu) checks: every one of
+#                 them runs even when an earlier one fails, a summary says
+#                 which failed, and make test fails if any did
+#   make flaky    the race tests several times beside busy processes: every
+#                 test that failed even once (mk/flaky.mk)
 #   make build    build ./bin/edgegw for this machine
 
 GO       ?= go
@@ -14,7 +18,7 @@ PKG      := ./...
 
 # Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb),
 # mk/soak.mk (make soak), mk/hostile.mk (make hostile: attacks side by side
-# with mosquitto; not part of make test).
+# with mosquitto; not part of make test), mk/flaky.mk (make flaky).
 -include mk/*.mk
 
 all: build
@@ -34,8 +38,24 @@ vet:
 
 # The whole suite: race tests of every package, then the release checks
 # (the amd64 .deb with lintian and an install into a throwaway root; the
-# ARM binaries and test suites under qemu-user).
-test: test-deps fmt-check vet go-test test-packaging test-arm
+# ARM binaries and test suites under qemu-user). Without the dependencies
+# nothing can run, so a failed test-deps stops here; after it each step
+# runs whatever the earlier ones did, so that one red step does not hide
+# the state of the others, and the summary names every failed one.
+TEST_STEPS := fmt-check vet go-test test-packaging test-arm
+
+test: test-deps
+	@failed=; summary=; \
+	for step in $(TEST_STEPS); do \
+	  echo "== make $$step"; start=$$(date +%s); \
+	  if $(MAKE) --no-print-directory $$step; then res=ok; else res=FAILED; failed="$$failed $$step"; fi; \
+	  took=$$(( $$(date +%s) - start )); \
+	  echo "== make $$step: $$res ($${took}s)"; \
+	  summary="$$summary$$(printf '  %-16s %-6s %5ss' $$step $$res $$took)\n"; \
+	done; \
+	printf '== make test summary:\n%b' "$$summary"; \
+	if [ -n "$$failed" ]; then echo "== make test FAILED:$$failed"; exit 1; fi; \
+	echo "== make test: all passed"
 
 go-test:
 	$(GO) test -race -timeout 15m $(PKG)

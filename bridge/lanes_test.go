@@ -151,8 +151,60 @@ func TestLiveFirstDrain(t *testing.T) {
 	}
 }
 
+// drainStall is how long a drain may go without a message more reaching
+// the cloud before waitDrained calls it stuck.
+const drainStall = 30 * time.Second
+
+// waitDrained waits until n distinct messages on topic reached sub. It
+// fails only when none more arrived for drainStall: how long a whole drain
+// takes is the machine's (over MQTT 5 the backlog's share of mosquitto's
+// receive maximum is 5 publishes a round trip, and a loaded machine
+// stretches every round trip), a drain that stopped is the bridge's.
+func waitDrained(t *testing.T, sub *collector, topic string, n int) {
+	t.Helper()
+	got, at := 0, time.Now()
+	testutil.Eventually(t, time.Hour, "everything upstream", func() bool {
+		if c := countDistinct(sub.all(), topic); c > got {
+			got, at = c, time.Now()
+		}
+		if got < n && time.Since(at) > drainStall {
+			t.Fatalf("the drain stopped: %d of %d upstream, none more for %s", got, n, drainStall)
+		}
+		return got >= n
+	})
+}
+
+// drainAcks is how many of the drain's acks the proxy lets through before
+// it holds the rest back: the drain is under way, and far from over.
+const drainAcks = 50
+
+// holding reports whether the proxy holds acks back and lets none
+// through.
+func holding(px *proxy) func() bool {
+	return func() bool {
+		held, pass := px.acksHeld()
+		return held > 0 && pass == 0
+	}
+}
+
 // testDrainOrder runs one drain: with QoS 2 every message must arrive
 // exactly once, with QoS 1 at least once (a reset may cost duplicates).
+//
+// Where the drain stands is set by the proxy, not by how fast this
+// machine is: it lets drainAcks acks through to the bridge and holds the
+// rest back, so the bridge has completed drainAcks backlog messages and
+// has at most its share of the window more in flight (the count share
+// alone, a quarter of max_inflight or of auto's 8,192 publishes, is well
+// below the backlog). With live-first the acks stay held while the live
+// messages go, but for those that make room for a live one: an automatic
+// window learns from every ack and may have shrunk below what the backlog
+// took under the window it was sent in, and then nothing goes until
+// enough of it is acked. They go one at a time, only while a live message
+// waits to be sent: the bridge, live-first, sends it before any more of
+// the backlog, so the backlog cannot drain meanwhile (it once did on a
+// loaded machine, when ten live round trips took longer than the whole
+// drain). With fifo the acks are released first: a live message cannot go
+// before the backlog, held or not.
 func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, backlog int, reset bool) {
 	const live = 10
 	up := startMosquitto(t)
@@ -161,19 +213,9 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	px.setAckDelay(5 * time.Millisecond)
 	prefix := map[byte]string{'b': "b", 'l': "l"}
 	if window == bridge.MaxInflightAuto {
-		// The live messages are published one at a time, each once the
-		// previous one reached the cloud's subscriber, so the test needs
-		// a backlog that is still draining after ten such round trips.
-		// With readings of 25 bytes on an unlimited link it lasted only
-		// as long as the bridge was slow to write them (paho's goroutine
-		// chain: 1.7 s); written directly, the bridge handed all 3,000 to
-		// mosquitto in about 0.5 s, faster than mosquitto delivers them
-		// to one QoS 1 subscriber, and the later live messages were
-		// published after the backlog had left the bridge (each live one
-		// still went before the backlog not yet sent). With 100-byte
-		// readings on a link of 128 KiB/s the drain lasts about 3 s
-		// whatever the bridge's speed: what the test asserts is the order
-		// of what the bridge still has to send.
+		// 100-byte readings (a sensor's) on a link of 128 KiB/s: the
+		// drain lasts about 3 s whatever the bridge's speed, and the
+		// window is what the link carries, not the whole backlog at once.
 		prefix = map[byte]string{'b': driftReading, 'l': "l" + driftReading[1:]}
 		px.setLink(0, slowLink)
 	}
@@ -183,6 +225,14 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	cfg.MaxInflight = window
 	cfg.Drain = drain
 	cfg.BacklogShare = 0.25
+	// The proxy holds acks back on purpose: the watchdog must not take
+	// the held ones for a dead uplink. The test's faults are resets, seen
+	// at once: no keepalive needs to find a dead link, and with a second's
+	// keepalive a PINGRESP late behind the slow link's queue on a loaded
+	// machine started a new connection, to which a live message accepted
+	// just before it but not yet sent is backlog.
+	cfg.AckTimeout = time.Minute
+	cfg.KeepAlive = time.Minute
 	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: int(qos), RemotePrefix: "site/"}}
 	upSub := subscribe(t, up.addr(), "up-sub", "site/#", qos)
 	b := runBridge(t, cfg, gw.srv)
@@ -191,30 +241,50 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 
 	end := outage(t, px, b)
 	publishBacklog(t, lc, "sensors/t", qos, prefix['b'], backlog)
+	px.holdAcks(drainAcks)
 	end()
-	testutil.Eventually(t, 10*time.Second, "the drain under way", func() bool { return upSub.len() >= 50 })
+	testutil.Eventually(t, 20*time.Second, "the drain under way, its acks held", holding(px))
 	if reset {
-		// Flows in flight are resumed under their packet ids. Live
-		// messages are those accepted during the new connection: wait
-		// for it, not for the old one's state.
+		// Flows in flight are resumed under their packet ids: the held
+		// acks make sure there are some. Live messages are those
+		// accepted during the new connection: wait for it, not for the
+		// old one's state. The acks of the old connection go with it.
 		connects := b.Stats().Connects
 		px.reset()
+		px.holdAcks(drainAcks)
 		testutil.Eventually(t, 15*time.Second, "the reconnect", func() bool {
 			st := b.Stats()
 			return st.Connects > connects && st.State == bridge.Connected
 		})
+		testutil.Eventually(t, 20*time.Second, "the drain under way again, its acks held", holding(px))
+	}
+	if drain != bridge.DrainLiveFirst {
+		px.releaseAcks()
 	}
 	start := time.Now()
 	var worst time.Duration
+	passed := 0 // acks let through for room for a live message
 	for i := range live {
+		payload := prefix['l'] + strconv.Itoa(i)
 		sent := time.Now()
-		publish(t, lc, "sensors/t", qos, prefix['l']+strconv.Itoa(i))
-		testutil.Eventually(t, 20*time.Second, "live message upstream", func() bool { return upSub.has("site/sensors/t", prefix['l']+strconv.Itoa(i)) })
+		publish(t, lc, "sensors/t", qos, payload)
+		if drain == bridge.DrainLiveFirst {
+			testutil.Eventually(t, 20*time.Second, "live message sent", func() bool {
+				if px.published(payload) {
+					return true
+				}
+				if holding(px)() {
+					px.passAcks(1)
+					passed++
+				}
+				return false
+			})
+		}
+		testutil.Eventually(t, 20*time.Second, "live message upstream", func() bool { return upSub.has("site/sensors/t", payload) })
 		worst = max(worst, time.Since(sent))
 	}
-	testutil.Eventually(t, 30*time.Second, "everything upstream", func() bool {
-		return countDistinct(upSub.all(), "site/sensors/t") == backlog+live
-	})
+	px.releaseAcks()
+	waitDrained(t, upSub, "site/sensors/t", backlog+live)
 	drained := time.Since(start)
 
 	var lastLive, lastBacklog, dups int
@@ -243,8 +313,8 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	if next['b'] != backlog || next['l'] != live {
 		t.Fatalf("got %d backlog and %d live messages", next['b'], next['l'])
 	}
-	t.Logf("DRAIN MQTT %s %s: backlog %d QoS %d of %d bytes, max_inflight %d (0: auto), backlog_share 25%%, ack delay 5ms, link %s, reset mid-drain %v: worst live latency %s (live published one at a time), everything upstream %s after the first live one; last live at position %d, last backlog at %d; %d duplicates",
-		proto, drain, backlog, qos, len(prefix['b'])+3, cfg.MaxInflight, linkName(window), reset, worst.Round(time.Millisecond), drained.Round(time.Millisecond), lastLive, lastBacklog, dups)
+	t.Logf("DRAIN MQTT %s %s: backlog %d QoS %d of %d bytes, max_inflight %d (0: auto), backlog_share 25%%, ack delay 5ms, link %s, reset mid-drain %v, acks held after %d (%d let through for live ones): worst live latency %s (live published one at a time), everything upstream %s after the first live one; last live at position %d, last backlog at %d; %d duplicates",
+		proto, drain, backlog, qos, len(prefix['b'])+3, cfg.MaxInflight, linkName(window), reset, drainAcks, passed, worst.Round(time.Millisecond), drained.Round(time.Millisecond), lastLive, lastBacklog, dups)
 	if drain == bridge.DrainLiveFirst && lastLive > lastBacklog {
 		t.Errorf("live-first: a live message arrived after the whole backlog")
 	}

@@ -11,7 +11,13 @@ package bridge_test
 // reconnect: PUBLISH with DUP set, and PUBREL for an id with no PUBREC on
 // that connection. setLink makes it a slow link: a one-way delay each way
 // and a bandwidth per direction (packets queue behind each other, as in a
-// modem's buffer). PROXY_TRACE=1 logs every publish-flow packet.
+// modem's buffer). holdAcks holds the broker's PUBACK and PUBCOMP back
+// (every other packet still passes) and lets them through one by one as
+// passAcks allows, in the order they came, all of them at releaseAcks: the
+// bridge's publishes stay in flight and its window as full as it is, so
+// what it sends meanwhile is what it chose to send into that window.
+// published tells whether the bridge wrote a QoS 1/2 publish of a payload.
+// PROXY_TRACE=1 logs every publish-flow packet.
 
 import (
 	"bufio"
@@ -45,7 +51,12 @@ type proxy struct {
 	conns       []net.Conn
 	maxOutstand int // largest per-connection count of unacked QoS>0 PUBLISH
 	accepted    int
-	swallowType byte // packet type from the broker not forwarded (0: none)
+	ackHold     bool            // acks are held back (holdAcks)
+	ackPass     int             // held acks that may still go (passAcks)
+	ackChange   chan struct{}   // closed (and replaced) when the hold changes
+	heldAcks    int             // acks held back now
+	payloads    map[string]bool // payloads of the QoS 1/2 publishes the bridge wrote
+	swallowType byte            // packet type from the broker not forwarded (0: none)
 	swallowed   int
 	dupPublish  int // PUBLISH with DUP set forwarded upstream
 	resentRel   int // PUBREL forwarded upstream for an id with no PUBREC on its connection
@@ -57,6 +68,85 @@ func (p *proxy) swallow(typ byte) {
 	p.mu.Lock()
 	p.swallowType = typ
 	p.mu.Unlock()
+}
+
+// holdAcks lets the next pass PUBACK and PUBCOMP from the broker through
+// and holds every later one back (PUBREC and every other packet still
+// pass), until passAcks or releaseAcks.
+func (p *proxy) holdAcks(pass int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ackHold, p.ackPass = true, pass
+	p.ackChangedLocked()
+}
+
+// passAcks lets n more acks through, the held ones first.
+func (p *proxy) passAcks(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ackPass += n
+	p.ackChangedLocked()
+}
+
+// releaseAcks forwards the acks held back, in order, and ends the hold.
+func (p *proxy) releaseAcks() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ackHold, p.ackPass = false, 0
+	p.ackChangedLocked()
+}
+
+// acksHeld returns how many acks are held back now and how many more
+// may go.
+func (p *proxy) acksHeld() (held, pass int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heldAcks, p.ackPass
+}
+
+func (p *proxy) ackChangedLocked() {
+	if p.ackChange != nil {
+		close(p.ackChange)
+		p.ackChange = nil
+	}
+}
+
+// ackChanged returns a channel closed at the hold's next change.
+func (p *proxy) ackChanged() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ackChange == nil {
+		p.ackChange = make(chan struct{})
+	}
+	return p.ackChange
+}
+
+// mayAck reports whether a held ack may go now, and takes its pass.
+func (p *proxy) mayAck() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.ackHold {
+		return true
+	}
+	if p.ackPass > 0 {
+		p.ackPass--
+		return true
+	}
+	return false
+}
+
+func (p *proxy) addHeld(n int) {
+	p.mu.Lock()
+	p.heldAcks += n
+	p.mu.Unlock()
+}
+
+// published reports whether the bridge wrote a QoS 1/2 publish of
+// payload (the proxy read it, whether or not the link delivered it yet).
+func (p *proxy) published(payload string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.payloads[payload]
 }
 
 // counts returns how many packets were swallowed, DUP PUBLISH and re-sent
@@ -212,6 +302,7 @@ type pconn struct {
 	mu   sync.Mutex
 	out  map[uint16]bool // QoS>0 PUBLISH ids sent upstream, not yet acked to the bridge
 	recs map[uint16]bool // ids of PUBREC forwarded to the bridge, not yet PUBREL'd
+	v5   bool            // the bridge connected with MQTT 5 (set by the reader of its side)
 }
 
 type frame struct {
@@ -233,7 +324,33 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 		t := time.NewTimer(0)
 		defer t.Stop()
 		var free time.Time // when the link is free again (rate)
-		for f := range frames {
+		var held [][]byte  // acks from the broker not yet forwarded (holdAcks), in order
+		defer func() { pc.p.addHeld(-len(held)) }()
+		for {
+			change := pc.p.ackChanged() // before the look: no change is missed
+			for len(held) > 0 && pc.p.mayAck() {
+				if !pc.p.gate() {
+					return
+				}
+				b := held[0]
+				held = held[1:]
+				pc.p.addHeld(-1)
+				pc.acked(b)
+				if _, err := dst.Write(b); err != nil {
+					pc.p.gate()
+					return
+				}
+			}
+			var f frame
+			select {
+			case g, ok := <-frames:
+				if !ok {
+					return
+				}
+				f = g
+			case <-change:
+				continue
+			}
 			pc.p.mu.Lock()
 			rate := pc.p.rate
 			pc.p.mu.Unlock()
@@ -251,6 +368,11 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 			}
 			if !pc.p.gate() {
 				return
+			}
+			if typ := f.b[0] >> 4; !up && (typ == 4 || typ == 7) { // PUBACK, PUBCOMP: in order, through held
+				held = append(held, f.b)
+				pc.p.addHeld(1)
+				continue
 			}
 			if !up {
 				pc.acked(f.b)
@@ -307,6 +429,14 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 }
 
 func (pc *pconn) sent(b []byte) {
+	if b[0]>>4 == 1 { // CONNECT: the protocol level follows the name "MQTT"
+		h := 2
+		for h < len(b) && b[h-1]&0x80 != 0 { // remaining length
+			h++
+		}
+		pc.v5 = len(b) > h+6 && b[h+6] == 5
+		return
+	}
 	if b[0]>>4 == 6 { // PUBREL
 		id := binary.BigEndian.Uint16(b[2:])
 		pc.mu.Lock()
@@ -335,6 +465,24 @@ func (pc *pconn) sent(b []byte) {
 	body = body[1:]
 	tl := int(binary.BigEndian.Uint16(body))
 	id := binary.BigEndian.Uint16(body[2+tl:])
+	payload := body[2+tl+2:]
+	if pc.v5 { // the properties come first: their length, then them
+		n, mul, k := 0, 1, 0
+		for ; k < 4; k++ {
+			n += int(payload[k]&0x7f) * mul
+			mul *= 128
+			if payload[k]&0x80 == 0 {
+				break
+			}
+		}
+		payload = payload[k+1+n:]
+	}
+	pc.p.mu.Lock()
+	if pc.p.payloads == nil {
+		pc.p.payloads = make(map[string]bool)
+	}
+	pc.p.payloads[string(payload)] = true
+	pc.p.mu.Unlock()
 	pc.mu.Lock()
 	pc.out[id] = true
 	n := len(pc.out)

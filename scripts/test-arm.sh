@@ -4,7 +4,7 @@
 # topic tree and broker test suites pass on arm64 and 32-bit ARM (armv6,
 # the Pi Zero's; 32-bit catches alignment and int-size mistakes).
 #
-# Installs qemu-user-static if missing. Not part of `make test` (slow).
+# Installs qemu-user-static if missing. Part of `make test`.
 set -eu
 cd "$(dirname "$0")/.."
 
