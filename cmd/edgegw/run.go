@@ -84,6 +84,7 @@ type listener interface {
 type runParams struct {
 	cfg   config.Config
 	path  string
+	env   []string // the environment the config was loaded with: a reload loads it with the same
 	log   *slog.Logger
 	level *slog.LevelVar
 }
@@ -321,7 +322,11 @@ func reloadAll(p runParams, files *auth.Files, reloaders []*listeners.CertReload
 func reload(p runParams, files *auth.Files, bridges []*bridge.Bridge) (ok bool) {
 	log := p.log
 	log.Info("reloading", "config", p.path)
-	cfg, err := config.Load(p.path, os.Environ())
+	env := p.env
+	if env == nil {
+		env = os.Environ()
+	}
+	cfg, err := config.Load(p.path, env)
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			log.Error("reload: config invalid; keeping the running config", "problem", line)

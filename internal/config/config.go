@@ -225,7 +225,7 @@ type Bridge struct {
 	// Addresses are tried in order (failover): tcp://, tls:// (= ssl://),
 	// ws://, wss:// URLs with host:port.
 	Addresses    []string `mapstructure:"addresses"`
-	ClientID     string   `mapstructure:"client_id"` // default edgegw-<hostname>-<name>
+	ClientID     string   `mapstructure:"client_id"` // default DefaultClientID
 	Username     string   `mapstructure:"username"`
 	Password     string   `mapstructure:"password"` // secret: redacted when printed
 	CleanSession bool     `mapstructure:"clean_session"`
