@@ -47,8 +47,9 @@ type Bridge struct {
 
 	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
 	refusals refusalLog
-	failLog  failLog     // connect failure lines (log.go); only touched by the owner goroutine
-	stuck    stuckRecord // connections ended right after the same record (stuck.go); owner goroutine only
+	failLog  failLog        // connect failure lines (log.go); only touched by the owner goroutine
+	stuck    stuckRecord    // connections ended right after the same record (stuck.go); owner goroutine only
+	collide  collisionWatch // connections ended right after they came up (collision.go); owner goroutine only
 
 	// MQTT 5 (uplink5.go).
 	proto        string    // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only

@@ -61,9 +61,12 @@ type TLSConfig struct {
 // Config is one bridge; the fields mirror the keys of a `bridges:` entry.
 // Zero durations and sizes take the defaults listed on each field.
 type Config struct {
-	Name         string   // unique; names $SYS/bridge/<name>/state and the sink
-	Addresses    []string // tcp:// tls:// ssl:// ws:// wss://, tried in order
-	ClientID     string   // required unless CleanSession
+	Name      string   // unique; names $SYS/bridge/<name>/state and the sink
+	Addresses []string // tcp:// tls:// ssl:// ws:// wss://, tried in AddressOrder
+	// AddressOrder is AddressOrderSpread (the default: an order of this
+	// client id's own, addresses.go) or AddressOrderStrict (as listed).
+	AddressOrder string
+	ClientID     string // required unless CleanSession
 	Username     string
 	Password     string
 	CleanSession bool
@@ -181,6 +184,9 @@ func (c *Config) setDefaults() {
 	if c.Drain == "" {
 		c.Drain = DrainFIFO
 	}
+	if c.AddressOrder == "" {
+		c.AddressOrder = AddressOrderSpread
+	}
 	if c.BacklogShare == 0 {
 		c.BacklogShare = DefaultBacklogShare
 	}
@@ -256,6 +262,13 @@ func (c Config) compile() (*compiled, error) {
 			needTLS = true
 		}
 		out.addrs = append(out.addrs, u)
+	}
+	switch c.AddressOrder {
+	case AddressOrderSpread:
+		out.addrs = spreadOrder(out.addrs, c.ClientID)
+	case AddressOrderStrict:
+	default:
+		bad("address_order", "%q: must be %s or %s", c.AddressOrder, AddressOrderSpread, AddressOrderStrict)
 	}
 	if !c.CleanSession && c.ClientID == "" {
 		bad("client_id", "is required with clean_session: false (the upstream session is keyed by it)")

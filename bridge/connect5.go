@@ -70,7 +70,7 @@ func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
 		PacketTimeout:     b.cfg.AckTimeout, // SUBACK, UNSUBACK
 		OnClientError:     lost,
 		OnServerDisconnect: func(d *paho.Disconnect) {
-			lost(fmt.Errorf("upstream sent DISCONNECT 0x%02x", d.ReasonCode))
+			lost(&serverDisconnect{rc: d.ReasonCode})
 		},
 	})
 	cp := &paho.Connect{

@@ -122,7 +122,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		key     string
 		changed bool
 	}{
-		{"addresses", !slices.Equal(cfg.Addresses, old.Addresses)},
+		{"addresses", !slices.Equal(cfg.Addresses, old.Addresses) || cfg.AddressOrder != old.AddressOrder},
 		{"client_id", cfg.ClientID != old.ClientID},
 		{"username", cfg.Username != old.Username},
 		{"password", cfg.Password != old.Password},
@@ -154,6 +154,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 	if len(r.Reconnect) > 0 {
 		w := &rl.want
 		w.Addresses, w.ClientID, w.Username, w.Password = cfg.Addresses, cfg.ClientID, cfg.Username, cfg.Password
+		w.AddressOrder = cfg.AddressOrder
 		w.CleanSession, w.KeepAlive, w.ConnectTimeout, w.TLS = cfg.CleanSession, cfg.KeepAlive, cfg.ConnectTimeout, cfg.TLS
 		p := *w
 		rl.pending.Store(&p)

@@ -138,8 +138,9 @@ type uplinkOps struct {
 
 // serveUplink runs a connected upstream connection until it is lost or
 // ctx ends: its send window and picker, its sender and acker, and on the
-// way out the stop's drain and the state change.
-func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
+// way out the stop's drain and the state change. It returns why the
+// connection ended.
+func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) error {
 	s := u.s
 	trips, writeTimeouts := b.trips.Load(), b.writeTimeouts.Load() // noteEnd: did the bridge end it?
 	b.lastRead.Store(time.Now().UnixNano())
@@ -186,6 +187,7 @@ func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 	b.win.Store(nil)
 	b.disconnects.Add(1)
 	b.setState(Disconnected, "", why)
+	return why
 }
 
 // stopDrain bounds how long a stopping bridge waits for its in-flight

@@ -403,7 +403,7 @@ func newListener(l config.Listener, cfg config.Config, log *slog.Logger) (listen
 // <persistence.dir>/bridges/<name> (memory-backed temp dir without one).
 func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 	bc := bridge.Config{
-		Name: b.Name, Addresses: b.Addresses, ClientID: b.ClientID, Username: b.Username, Password: b.Password,
+		Name: b.Name, Addresses: b.Addresses, AddressOrder: b.AddressOrder, ClientID: b.ClientID, Username: b.Username, Password: b.Password,
 		CleanSession: b.CleanSession, Protocol: b.Protocol, KeepAlive: b.Keepalive, ConnectTimeout: b.ConnectTimeout,
 		WriteTimeout: b.WriteTimeout, AckTimeout: b.AckTimeout, MaxInflight: int(b.MaxInflight), MaxInflightQoS2: b.MaxInflightQoS2,
 		ReconnectMin: b.ReconnectMin, ReconnectMax: b.ReconnectMax,

@@ -52,6 +52,12 @@ const (
 	DrainLiveFirst = "live-first" // new messages first, the backlog with backlog_share of the window
 )
 
+// Bridge address orders (Bridge.AddressOrder).
+const (
+	AddressOrderSpread = "spread" // an order of the bridge's own, by client id: a fleet spreads over the nodes
+	AddressOrderStrict = "strict" // as listed: the first is the primary
+)
+
 // Persistence sync modes (Persistence.Sync).
 const (
 	SyncAlways = "always" // fsync after every write
@@ -222,13 +228,17 @@ type Bridge struct {
 	// Name is unique; used in $SYS/bridge/<name>/state, logs and the spool
 	// directory name, so it must stay stable.
 	Name string `mapstructure:"name"`
-	// Addresses are tried in order (failover): tcp://, tls:// (= ssl://),
-	// ws://, wss:// URLs with host:port.
-	Addresses    []string `mapstructure:"addresses"`
-	ClientID     string   `mapstructure:"client_id"` // default DefaultClientID
-	Username     string   `mapstructure:"username"`
-	Password     string   `mapstructure:"password"` // secret: redacted when printed
-	CleanSession bool     `mapstructure:"clean_session"`
+	// Addresses are tried in AddressOrder (failover): tcp://, tls://
+	// (= ssl://), ws://, wss:// URLs with host:port.
+	Addresses []string `mapstructure:"addresses"`
+	// AddressOrder is spread (an order of this client id's own, so a
+	// fleet with one address list spreads over the nodes) or strict (as
+	// listed: the first is the primary).
+	AddressOrder string `mapstructure:"address_order"`
+	ClientID     string `mapstructure:"client_id"` // default DefaultClientID
+	Username     string `mapstructure:"username"`
+	Password     string `mapstructure:"password"` // secret: redacted when printed
+	CleanSession bool   `mapstructure:"clean_session"`
 	// Protocol is the uplink's MQTT version: 3.1.1, 5, or auto (5, and
 	// 3.1.1 once the upstream refuses 5).
 	Protocol string `mapstructure:"protocol"`
@@ -386,6 +396,7 @@ func DefaultBridge() Bridge {
 		Spool:           Spool{MaxBytes: 256 * MiB},
 		Drain:           DrainFIFO,
 		BacklogShare:    "25%",
+		AddressOrder:    AddressOrderSpread,
 	}
 }
 

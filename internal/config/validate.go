@@ -375,6 +375,9 @@ func (c Config) validateBridges(es *Errors) {
 		if b.Drain != "" { // "": the default, fifo
 			oneOf(es, k+".drain", b.Drain, DrainFIFO, DrainLiveFirst)
 		}
+		if b.AddressOrder != "" { // "": the default, spread
+			oneOf(es, k+".address_order", b.AddressOrder, AddressOrderSpread, AddressOrderStrict)
+		}
 		if b.RateLimit < 0 {
 			es.add(k+".rate_limit", "must not be negative (got %d)", b.RateLimit)
 		}
