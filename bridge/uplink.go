@@ -52,6 +52,9 @@ type uplink struct {
 	lost chan error // the client's connection-lost report; capacity 1
 	pick *picker    // what to send next (lanes.go); set by serveUplink
 
+	maxQoS     byte // the highest QoS sent on it (upstream.go); set before it serves
+	downgraded bool // a message was sent below its rule's QoS (logged once); the sender's only
+
 	causeMu sync.Mutex
 	cause   error // first reason the bridge itself gave for tearing down
 

@@ -58,6 +58,16 @@ const (
 	AddressOrderStrict = "strict" // as listed: the first is the primary
 )
 
+// Bridge flag settings (Bridge.BridgeFlag) and what happens to a message
+// above the upstream's QoS (Bridge.QoSNotGranted).
+const (
+	BridgeFlagAuto   = "auto"
+	BridgeFlagAlways = "always"
+	BridgeFlagNever  = "never"
+	QoSDowngrade     = "downgrade"
+	QoSHold          = "hold"
+)
+
 // Persistence sync modes (Persistence.Sync).
 const (
 	SyncAlways = "always" // fsync after every write
@@ -242,6 +252,14 @@ type Bridge struct {
 	// Protocol is the uplink's MQTT version: 3.1.1, 5, or auto (5, and
 	// 3.1.1 once the upstream refuses 5).
 	Protocol string `mapstructure:"protocol"`
+	// BridgeFlag (3.1.1): auto (the bridge flag, dropped for an address
+	// that refuses it), always, or never.
+	BridgeFlag string `mapstructure:"bridge_flag"`
+	// UpstreamMaxQoS is the highest QoS sent upstream (1 or 2; over MQTT
+	// 5 at most the broker's Maximum QoS); QoSNotGranted is what happens
+	// to a message a rule sends higher: downgrade or hold.
+	UpstreamMaxQoS int    `mapstructure:"upstream_max_qos"`
+	QoSNotGranted  string `mapstructure:"qos_not_granted"`
 
 	Keepalive      time.Duration `mapstructure:"keepalive"`
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
@@ -397,6 +415,9 @@ func DefaultBridge() Bridge {
 		Drain:           DrainFIFO,
 		BacklogShare:    "25%",
 		AddressOrder:    AddressOrderSpread,
+		BridgeFlag:      BridgeFlagAuto,
+		UpstreamMaxQoS:  2,
+		QoSNotGranted:   QoSDowngrade,
 	}
 }
 

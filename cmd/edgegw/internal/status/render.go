@@ -170,7 +170,17 @@ func renderBridge(p *page, d pageData, i int, b Bridge) {
 		}
 		p.t(a)
 	}
-	p.s(")</td></tr>\n<tr><th>Backlog</th><td>")
+	p.s(")</td></tr>\n<tr><th>Upstream</th><td>")
+	up := b.UpstreamText
+	if up == "" {
+		up = "not connected yet"
+	}
+	p.live("span", k("upstream_text"), "", up)
+	p.s(" · above the granted QoS: ")
+	p.live("span", k("qos_not_granted"), "", b.QoSNotGranted)
+	p.s(", ")
+	p.live("span", k("qos_downgraded"), "", itoa(b.QoSDowngraded))
+	p.s(" downgraded</td></tr>\n<tr><th>Backlog</th><td>")
 	p.live("b", k("backlog_messages"), "", itoa(b.BacklogMessages))
 	p.s(" ")
 	p.noun(k("backlog_messages"), b.BacklogMessages == 1, "message")
