@@ -159,8 +159,11 @@ func (b *Bridge) setState(s State, addr string, why error) {
 	case why != nil:
 		b.log.Warn("uplink disconnected", "address", b.addr, "reason", why)
 	}
+	// OriginSys: the bridge's report, not a message anyone sent, so the
+	// broker does not count it as received; the bridge's own sink skips it
+	// (spoolMessage), as it skips what came in through it.
 	err := b.gw.Publish(&gateway.Message{
-		Topic: b.c.Load().stateTop, Payload: []byte(s.String()), QoS: 1, Retain: true, Origin: b.origin,
+		Topic: b.c.Load().stateTop, Payload: []byte(s.String()), QoS: 1, Retain: true, Origin: gateway.OriginSys,
 	})
 	if err != nil {
 		b.log.Error("publish state", "err", err)

@@ -168,12 +168,17 @@ var bridgeTable = []bridgeSeries{
 // lastErrorMax bounds the error label of edgegw_bridge_last_error_info.
 const lastErrorMax = 200
 
+// perProcess ends the help of every bridge counter: they start at zero
+// with the process, while the delivery ledger persists with the spool, so
+// after a restart the two differ, and each surface says which is which.
+const perProcess = " Counts since this process started; the delivery ledger (edgegw_bridge_ledger_messages) counts across restarts."
+
 // collectBridges writes the edgegw_bridge_* families.
 func collectBridges(w *expo, bs []BridgeStatus) {
 	for _, s := range bridgeTable {
 		f := w.gauge(s.metric, s.help)
 		if s.counter {
-			f = w.counter(s.metric, s.help)
+			f = w.counter(s.metric, s.help+perProcess)
 		}
 		for _, b := range bs {
 			if s.only == nil || s.only(b) {

@@ -98,6 +98,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`edgegw_bridge_upstream_retain_available{bridge="plain"} 1`,
 		`edgegw_bridge_qos_downgraded_total{bridge="cloud"} 7`,
 		`edgegw_bridge_qos_held{bridge="cloud"} 0`,
+		"# HELP edgegw_bridge_acked_total Upstream publishes acknowledged. Counts since this process started; the delivery ledger (edgegw_bridge_ledger_messages) counts across restarts.",
 		`edgegw_serial_link_state{listener="uart0",state="waiting"} 1`,
 		`edgegw_serial_frame_errors_total{kind="crc",listener="uart0"} 2`,
 		"go_goroutines",
