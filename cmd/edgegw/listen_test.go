@@ -37,3 +37,16 @@ func TestBinaryListenWithoutConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestListenFlagWinsOverEnv: with both, --listen is the address, and
+// check-config says where EDGEGW_LISTEN came from.
+func TestListenFlagWinsOverEnv(t *testing.T) {
+	t.Setenv("EDGEGW_LISTEN", "127.0.0.1:1999")
+	code, out, errOut := call(t, "check-config", "--env-file=", "--listen", "127.0.0.1:1884")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "address: 127.0.0.1:1884\n") || strings.Contains(out, "1999") || !strings.Contains(out, "EDGEGW_LISTEN (--listen)") {
+		t.Errorf("check-config:\n%s", out)
+	}
+}
