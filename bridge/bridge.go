@@ -45,17 +45,21 @@ type Bridge struct {
 	win      atomic.Pointer[sendWindow]  // the current connection's window, for Stats
 	running  atomic.Bool
 
-	protocol uint // 0x84 (bridge flag) or 4; only touched by the owner goroutine
-	refusals refusalLog
-	failLog  failLog     // connect failure lines (log.go); only touched by the owner goroutine
-	stuck    stuckRecord // connections ended right after the same record (stuck.go); owner goroutine only
+	flagRefused map[string]bool // addresses that refused the bridge flag (upstream.go); owner goroutine only
+	refusals    refusalLog
+	failLog     failLog        // connect failure lines (log.go); only touched by the owner goroutine
+	stuck       stuckRecord    // connections ended right after the same record (stuck.go); owner goroutine only
+	collide     collisionWatch // connections ended right after they came up (collision.go); owner goroutine only
 
 	// MQTT 5 (uplink5.go).
-	proto        string    // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
-	sess5        *session5 // the MQTT 5 uplink's session state, shared by its clients (session5.go)
-	upRefused    refusalCounts
-	upRefusedLog refusalLog5
-	uplinkProto  atomic.Value // string: the protocol of the current or last connection
+	proto         string    // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
+	sess5         *session5 // the MQTT 5 uplink's session state, shared by its clients (session5.go)
+	upRefused     refusalCounts
+	upRefusedLog  refusalLog5
+	uplinkProto   atomic.Value             // string: the protocol of the current or last connection
+	upstream      atomic.Pointer[Upstream] // what the current or last connection's upstream granted (upstream.go)
+	qosHeld       atomic.Bool              // a message above the granted QoS is held (qos_not_granted: hold)
+	qosDowngraded atomic.Uint64            // messages sent at a lower QoS than their rule's
 
 	stateMu   sync.Mutex // serialises state changes and their publication
 	state     State
@@ -95,11 +99,10 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 	}
 	setPahoLogger(log)
 	b := &Bridge{
-		cfg:      cfg,
-		gw:       gw,
-		log:      log.With("bridge", cfg.Name),
-		origin:   gateway.BridgeOrigin(cfg.Name),
-		protocol: 0x84,
+		cfg:    cfg,
+		gw:     gw,
+		log:    log.With("bridge", cfg.Name),
+		origin: gateway.BridgeOrigin(cfg.Name),
 	}
 	b.c.Store(c)
 	b.rl.wake = make(chan struct{}, 1)
@@ -108,9 +111,6 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 	b.sess5 = newSession5(b.ended5)
 	b.initInbound()
 	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
-	if cfg.NoBridgeFlag {
-		b.protocol = 4
-	}
 	return b, nil
 }
 

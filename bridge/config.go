@@ -61,9 +61,12 @@ type TLSConfig struct {
 // Config is one bridge; the fields mirror the keys of a `bridges:` entry.
 // Zero durations and sizes take the defaults listed on each field.
 type Config struct {
-	Name         string   // unique; names $SYS/bridge/<name>/state and the sink
-	Addresses    []string // tcp:// tls:// ssl:// ws:// wss://, tried in order
-	ClientID     string   // required unless CleanSession
+	Name      string   // unique; names $SYS/bridge/<name>/state and the sink
+	Addresses []string // tcp:// tls:// ssl:// ws:// wss://, tried in AddressOrder
+	// AddressOrder is AddressOrderSpread (the default: an order of this
+	// client id's own, addresses.go) or AddressOrderStrict (as listed).
+	AddressOrder string
+	ClientID     string // required unless CleanSession
 	Username     string
 	Password     string
 	CleanSession bool
@@ -105,6 +108,17 @@ type Config struct {
 	// own publishes back to us. A broker that refuses 0x84 with
 	// "unacceptable protocol version" is retried with 4 automatically.
 	NoBridgeFlag bool
+	// BridgeFlag is BridgeFlagAuto (the default: the flag, and plain 3.1.1
+	// to an address that refuses it), BridgeFlagAlways or BridgeFlagNever
+	// (NoBridgeFlag). See upstream.go.
+	BridgeFlag string
+
+	// UpstreamMaxQoS is the highest QoS sent upstream, 1 or 2 (default 2);
+	// over MQTT 5 at most the CONNACK's Maximum QoS. QoSNotGranted says
+	// what happens to a message a rule sends at a higher QoS: QoSDowngrade
+	// (the default) or QoSHold. See upstream.go.
+	UpstreamMaxQoS int
+	QoSNotGranted  string
 
 	// Protocol is the uplink's MQTT version: "3.1.1" (the default), "5",
 	// or "auto": 5, and 3.1.1 from the first CONNACK that refuses version
@@ -181,6 +195,21 @@ func (c *Config) setDefaults() {
 	if c.Drain == "" {
 		c.Drain = DrainFIFO
 	}
+	if c.AddressOrder == "" {
+		c.AddressOrder = AddressOrderSpread
+	}
+	if c.BridgeFlag == "" {
+		c.BridgeFlag = BridgeFlagAuto
+		if c.NoBridgeFlag {
+			c.BridgeFlag = BridgeFlagNever
+		}
+	}
+	if c.UpstreamMaxQoS == 0 {
+		c.UpstreamMaxQoS = 2
+	}
+	if c.QoSNotGranted == "" {
+		c.QoSNotGranted = QoSDowngrade
+	}
 	if c.BacklogShare == 0 {
 		c.BacklogShare = DefaultBacklogShare
 	}
@@ -256,6 +285,22 @@ func (c Config) compile() (*compiled, error) {
 			needTLS = true
 		}
 		out.addrs = append(out.addrs, u)
+	}
+	if c.BridgeFlag != BridgeFlagAuto && c.BridgeFlag != BridgeFlagAlways && c.BridgeFlag != BridgeFlagNever {
+		bad("bridge_flag", "%q: must be %s, %s or %s", c.BridgeFlag, BridgeFlagAuto, BridgeFlagAlways, BridgeFlagNever)
+	}
+	if c.UpstreamMaxQoS < 1 || c.UpstreamMaxQoS > 2 {
+		bad("upstream_max_qos", "%d: must be 1 or 2", c.UpstreamMaxQoS)
+	}
+	if c.QoSNotGranted != QoSDowngrade && c.QoSNotGranted != QoSHold {
+		bad("qos_not_granted", "%q: must be %s or %s", c.QoSNotGranted, QoSDowngrade, QoSHold)
+	}
+	switch c.AddressOrder {
+	case AddressOrderSpread:
+		out.addrs = spreadOrder(out.addrs, c.ClientID)
+	case AddressOrderStrict:
+	default:
+		bad("address_order", "%q: must be %s or %s", c.AddressOrder, AddressOrderSpread, AddressOrderStrict)
 	}
 	if !c.CleanSession && c.ClientID == "" {
 		bad("client_id", "is required with clean_session: false (the upstream session is keyed by it)")

@@ -28,6 +28,7 @@ func (s *uplink311) waitLost() {
 // included.
 func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
 	s := &uplink311{uplink: &uplink{b: b, addr: u, lost: make(chan error, 1)}}
+	level := b.flagLevel(u.String()) // upstream.go
 	onTimeout := func(err error) {
 		b.writeTimeouts.Add(1)
 		why := fmt.Errorf("write timeout: %w", err)
@@ -40,7 +41,7 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
 		SetUsername(b.cfg.Username).
 		SetPassword(b.cfg.Password).
 		SetCleanSession(b.cfg.CleanSession).
-		SetProtocolVersion(b.protocol).
+		SetProtocolVersion(level).
 		SetKeepAlive(b.cfg.KeepAlive).
 		SetPingTimeout(b.cfg.WriteTimeout). // no PINGRESP within keepalive + write_timeout = dead
 		SetConnectTimeout(b.cfg.ConnectTimeout).
@@ -76,9 +77,10 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
 	}
 	if err := tok.Error(); err != nil {
 		s.slot.close() // paho closes it too; this also ends its writer
-		if ct, ok := tok.(*mqtt.ConnectToken); ok && ct.ReturnCode() == packets.ErrRefusedBadProtocolVersion && b.protocol != 4 {
-			b.log.Info("upstream refuses the bridge protocol flag; using plain MQTT 3.1.1", "address", u.Redacted())
-			b.protocol = 4
+		if ct, ok := tok.(*mqtt.ConnectToken); ok && ct.ReturnCode() == packets.ErrRefusedBadProtocolVersion && level != 4 {
+			if !b.refusedFlag(u.String()) {
+				return nil, fmt.Errorf("connect %s: the upstream refuses the bridge protocol flag (protocol level 0x84) and bridge_flag is always: %w", u.Redacted(), err)
+			}
 			return b.connect(ctx, u)
 		}
 		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), err)
@@ -87,6 +89,8 @@ func (b *Bridge) connect(ctx context.Context, u *url.URL) (*uplink311, error) {
 		b.log.Warn("upstream has no session for the bridge (session present 0): its unfinished flows are sent again as new messages",
 			"address", u.Redacted(), "flows", n)
 	}
+	b.learned(s.uplink, Upstream{Protocol: Protocol311, BridgeFlag: level == 0x84, BridgeFlagRefused: b.flagRefused[u.String()],
+		MaxQoS: b.maxQoS(2), RetainAvailable: true})
 	// paho has re-sent the stored publishes; the PUBRELs among them hold
 	// packet ids paho does not reserve, so they must complete before any
 	// new SUBSCRIBE or PUBLISH takes an id (session311.go).

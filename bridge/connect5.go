@@ -70,7 +70,7 @@ func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
 		PacketTimeout:     b.cfg.AckTimeout, // SUBACK, UNSUBACK
 		OnClientError:     lost,
 		OnServerDisconnect: func(d *paho.Disconnect) {
-			lost(fmt.Errorf("upstream sent DISCONNECT 0x%02x", d.ReasonCode))
+			lost(&serverDisconnect{rc: d.ReasonCode})
 		},
 	})
 	cp := &paho.Connect{
@@ -122,6 +122,8 @@ func (b *Bridge) connect5(ctx context.Context, u *url.URL) (*uplink5, error) {
 		}
 		s.retain = p.RetainAvailable
 	}
+	b.learned(s.uplink, Upstream{Protocol: Protocol5, MaxQoS: b.maxQoS(s.maxQoS), RetainAvailable: s.retain,
+		ReceiveMaximum: s.recvMax, MaxPacketSize: s.maxPacket}) // upstream.go
 	if err := b.subscribeAll5(ctx, s); err != nil {
 		s.waitLost5()
 		return nil, b.lostInSetup(err, true) // stuck.go

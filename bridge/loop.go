@@ -60,7 +60,7 @@ func (b *Bridge) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		b.applyPending()
 		for _, u := range b.c.Load().addrs {
-			writeTimeouts := b.writeTimeouts.Load()
+			trips, writeTimeouts := b.trips.Load(), b.writeTimeouts.Load()
 			serve, err := b.connectUplink(ctx, u) // uplink5.go: by protocol
 			if ctx.Err() != nil {
 				return
@@ -69,13 +69,24 @@ func (b *Bridge) loop(ctx context.Context) {
 				break // apply the new settings first
 			}
 			if err != nil {
-				b.connectFailed(u, b.noteSetupLost(ctx, err, writeTimeouts)) // stuck.go: lost after its CONNACK?
+				err = b.noteSetupLost(ctx, err, writeTimeouts) // stuck.go: lost after its CONNACK?
+				if errors.As(err, new(*setupLost)) {
+					err, _ = b.noteCollision(ctx, 0, err, trips, writeTimeouts) // collision.go
+				} else {
+					b.collide.reset() // no CONNACK: the upstream is down or unreachable, no other client's doing
+				}
+				b.connectFailed(u, err)
 				continue
 			}
 			start, acked := time.Now(), b.peerAcked.Load()
 			b.failLog.connected(b.log, start)
-			serve(ctx)
-			bo.lost(time.Since(start), b.peerAcked.Load()-acked)
+			why := serve(ctx)
+			up := time.Since(start)
+			bo.lost(up, b.peerAcked.Load()-acked)
+			if named, ok := b.noteCollision(ctx, up, why, trips, writeTimeouts); ok { // collision.go
+				msg := named.Error() // the connection's end reason, set as it ended, now says it
+				b.lastErr.Store(&msg)
+			}
 			break
 		}
 		t := time.NewTimer(bo.next())
@@ -94,14 +105,14 @@ func (b *Bridge) loop(ctx context.Context) {
 // connectUplink connects u with the protocol in force and returns the
 // function that serves the connection until it is lost or ctx ends.
 // Called by the owner goroutine only (it may change b.proto).
-func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context), error) {
+func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context) error, error) {
 	if b.proto == Protocol311 {
 		s, err := b.connect(ctx, u)
 		if err != nil {
 			return nil, err
 		}
 		b.uplinkProto.Store(Protocol311)
-		return func(ctx context.Context) { b.serve(ctx, s) }, nil
+		return func(ctx context.Context) error { return b.serve(ctx, s) }, nil
 	}
 	s, err := b.connect5(ctx, u)
 	if errors.Is(err, errV5Refused) && b.proto == ProtocolAuto {
@@ -113,5 +124,5 @@ func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Co
 		return nil, err
 	}
 	b.uplinkProto.Store(Protocol5)
-	return func(ctx context.Context) { b.serve5(ctx, s) }, nil
+	return func(ctx context.Context) error { return b.serve5(ctx, s) }, nil
 }

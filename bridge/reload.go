@@ -105,7 +105,9 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		{"max_inflight_qos2", cfg.MaxInflightQoS2 != b.cfg.MaxInflightQoS2},
 		{"reconnect_min", cfg.ReconnectMin != b.cfg.ReconnectMin},
 		{"reconnect_max", cfg.ReconnectMax != b.cfg.ReconnectMax},
-		{"no_bridge_flag", cfg.NoBridgeFlag != b.cfg.NoBridgeFlag},
+		{"bridge_flag", cfg.BridgeFlag != b.cfg.BridgeFlag},
+		{"upstream_max_qos", cfg.UpstreamMaxQoS != b.cfg.UpstreamMaxQoS},
+		{"qos_not_granted", cfg.QoSNotGranted != b.cfg.QoSNotGranted},
 		{"drain", cfg.Drain != b.cfg.Drain || cfg.BacklogShare != b.cfg.BacklogShare},
 		{"rate_limit", cfg.RateLimit != b.cfg.RateLimit},
 		{"budget", cfg.BudgetBytes != b.cfg.BudgetBytes || cfg.BudgetPeriod != b.cfg.BudgetPeriod},
@@ -122,7 +124,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		key     string
 		changed bool
 	}{
-		{"addresses", !slices.Equal(cfg.Addresses, old.Addresses)},
+		{"addresses", !slices.Equal(cfg.Addresses, old.Addresses) || cfg.AddressOrder != old.AddressOrder},
 		{"client_id", cfg.ClientID != old.ClientID},
 		{"username", cfg.Username != old.Username},
 		{"password", cfg.Password != old.Password},
@@ -154,6 +156,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 	if len(r.Reconnect) > 0 {
 		w := &rl.want
 		w.Addresses, w.ClientID, w.Username, w.Password = cfg.Addresses, cfg.ClientID, cfg.Username, cfg.Password
+		w.AddressOrder = cfg.AddressOrder
 		w.CleanSession, w.KeepAlive, w.ConnectTimeout, w.TLS = cfg.CleanSession, cfg.KeepAlive, cfg.ConnectTimeout, cfg.TLS
 		p := *w
 		rl.pending.Store(&p)

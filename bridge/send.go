@@ -108,6 +108,9 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending *flowQueue, 
 			}
 			return
 		}
+		if !s.grantQoS(ctx, &m) { // upstream.go: qos_not_granted
+			return
+		}
 		wire := p.packetSize(m)
 		if rc := p.refuse(m, wire); rc != 0 {
 			b.dropRefused(id, rc)

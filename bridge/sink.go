@@ -25,10 +25,14 @@ type sink struct{ b *Bridge }
 var _ gateway.AsyncSink = sink{}
 
 // spoolMessage maps m through the out rules; ok is false if the bridge
-// does not take it (its own message coming back, or no out rule matches).
+// does not take it (its own message coming back, its own state report, or
+// no out rule matches).
 func (k sink) spoolMessage(m *gateway.Message) (sm spool.Message, ok bool) {
 	b := k.b
 	if m.Origin == b.origin { // loop prevention (the gateway checks it too)
+		return sm, false
+	}
+	if m.Origin == gateway.OriginSys && m.Topic == b.c.Load().stateTop { // its own state (state.go), as before under b.origin
 		return sm, false
 	}
 	r := b.c.Load().outRule(m.Topic)

@@ -71,6 +71,17 @@ type Stats struct {
 	UpstreamDropped   uint64          // messages the upstream refused for good (PUBACK/PUBREC reason code): dropped, never Acked
 	UpstreamDroppedBy map[byte]uint64 // the same by reason code (0x87 not authorized, 0x90 topic name invalid, ...)
 	UpstreamRetried   uint64          // temporary refusals (0x97 quota exceeded, ...): the message stays and is sent again
+
+	// What the upstream of the current (or last) connection granted
+	// (upstream.go); zero before the first connection.
+	Upstream Upstream
+	// QoSPolicy is what happens to a message above the granted QoS
+	// ("downgrade (upstream_max_qos 2)"); QoSDowngraded counts the
+	// messages sent below their rule's QoS; QoSHeld: the sender holds one
+	// (qos_not_granted: hold) and sends nothing.
+	QoSPolicy     string
+	QoSDowngraded uint64
+	QoSHeld       bool
 }
 
 // Stats returns a snapshot of the bridge's state and counters.
@@ -105,6 +116,10 @@ func (b *Bridge) Stats() Stats {
 	st.Protocol, _ = b.uplinkProto.Load().(string)
 	st.UpstreamDroppedBy, st.UpstreamDropped = b.upRefused.droppedByReason()
 	st.UpstreamRetried = b.upRefused.retried.Load()
+	if up := b.upstream.Load(); up != nil {
+		st.Upstream = *up
+	}
+	st.QoSPolicy, st.QoSDowngraded, st.QoSHeld = b.qosPolicyText(), b.qosDowngraded.Load(), b.qosHeld.Load()
 	if sp := b.spool.Load(); sp != nil {
 		ss := sp.Stats()
 		st.SpoolMessages, st.SpoolBytes = ss.Messages, ss.Bytes
@@ -144,8 +159,11 @@ func (b *Bridge) setState(s State, addr string, why error) {
 	case why != nil:
 		b.log.Warn("uplink disconnected", "address", b.addr, "reason", why)
 	}
+	// OriginSys: the bridge's report, not a message anyone sent, so the
+	// broker does not count it as received; the bridge's own sink skips it
+	// (spoolMessage), as it skips what came in through it.
 	err := b.gw.Publish(&gateway.Message{
-		Topic: b.c.Load().stateTop, Payload: []byte(s.String()), QoS: 1, Retain: true, Origin: b.origin,
+		Topic: b.c.Load().stateTop, Payload: []byte(s.String()), QoS: 1, Retain: true, Origin: gateway.OriginSys,
 	})
 	if err != nil {
 		b.log.Error("publish state", "err", err)

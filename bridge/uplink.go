@@ -52,6 +52,9 @@ type uplink struct {
 	lost chan error // the client's connection-lost report; capacity 1
 	pick *picker    // what to send next (lanes.go); set by serveUplink
 
+	maxQoS     byte // the highest QoS sent on it (upstream.go); set before it serves
+	downgraded bool // a message was sent below its rule's QoS (logged once); the sender's only
+
 	causeMu sync.Mutex
 	cause   error // first reason the bridge itself gave for tearing down
 
@@ -138,8 +141,9 @@ type uplinkOps struct {
 
 // serveUplink runs a connected upstream connection until it is lost or
 // ctx ends: its send window and picker, its sender and acker, and on the
-// way out the stop's drain and the state change.
-func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
+// way out the stop's drain and the state change. It returns why the
+// connection ended.
+func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) error {
 	s := u.s
 	trips, writeTimeouts := b.trips.Load(), b.writeTimeouts.Load() // noteEnd: did the bridge end it?
 	b.lastRead.Store(time.Now().UnixNano())
@@ -186,6 +190,7 @@ func (b *Bridge) serveUplink(ctx context.Context, u uplinkOps) {
 	b.win.Store(nil)
 	b.disconnects.Add(1)
 	b.setState(Disconnected, "", why)
+	return why
 }
 
 // stopDrain bounds how long a stopping bridge waits for its in-flight

@@ -27,8 +27,8 @@ type uplink311 struct {
 }
 
 // serve runs a connected MQTT 3.1.1 uplink until it is lost or ctx ends.
-func (b *Bridge) serve(ctx context.Context, s *uplink311) {
-	b.serveUplink(ctx, uplinkOps{
+func (b *Bridge) serve(ctx context.Context, s *uplink311) error {
+	return b.serveUplink(ctx, uplinkOps{
 		s: s.uplink, quota: b.cfg.MaxInflightQoS2, quotaQoS: sameQoS,
 		proto: s,
 		drain: s.drain,

@@ -91,8 +91,8 @@ func quotaQoS(qos byte) byte {
 }
 
 // serve5 runs a connected MQTT 5 uplink until it is lost or ctx ends.
-func (b *Bridge) serve5(ctx context.Context, s *uplink5) {
-	b.serveUplink(ctx, uplinkOps{
+func (b *Bridge) serve5(ctx context.Context, s *uplink5) error {
+	return b.serveUplink(ctx, uplinkOps{
 		s: s.uplink, quota: s.recvMax, quotaQoS: quotaQoS,
 		proto: s,
 		drain: s.drain,

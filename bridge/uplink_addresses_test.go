@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegw/edgegw/bridge"
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
@@ -40,13 +41,17 @@ func TestWebSocketUplink(t *testing.T) {
 // tried in order; the first that connects is used. When the connection is
 // lost the next round starts again with the first address, so a bridge
 // returns to the preferred broker."
+// TestFailoverReturnsToFirstAddress: with address_order strict, a lost
+// connection starts the next round with the first address.
 func TestFailoverReturnsToFirstAddress(t *testing.T) {
 	// A third broker, up all along, tells "start again with the first"
 	// from "go on with the next" (which would pick it after the backup).
 	primary, backup, third := startMosquitto(t), startMosquitto(t), startMosquitto(t)
 	primary.Kill()
 	gw := startGateway(t)
-	b := runBridge(t, testConfig(t, "fo", primary.url(), backup.url(), third.url()), gw.srv)
+	cfg := testConfig(t, "fo", primary.url(), backup.url(), third.url())
+	cfg.AddressOrder = bridge.AddressOrderStrict
+	b := runBridge(t, cfg, gw.srv)
 	testutil.Eventually(t, 10*time.Second, "connected to the backup while the primary is down", func() bool {
 		st := b.Stats()
 		return st.Connects == 1 && st.Address == backup.url()
@@ -61,4 +66,63 @@ func TestFailoverReturnsToFirstAddress(t *testing.T) {
 	upSub := subscribe(t, primary.addr(), "up-sub", "site-a/#", 1)
 	publishMany(t, client(t, gw.addr, "local-pub"), "sensors/t1", 5, "m")
 	testutil.Eventually(t, 20*time.Second, "messages at the primary", func() bool { return countDistinct(upSub.all(), "site-a/sensors/t1") == 5 })
+}
+
+// TestSpreadOverNodes: with the default address_order spread, bridges with
+// one address list and their own client ids each connect to the first
+// address of their own order (Addresses), so they spread over the nodes.
+// One whose node dies moves to its next address and stays there when the
+// node comes back; when that connection ends, it starts again from its
+// first address.
+func TestSpreadOverNodes(t *testing.T) {
+	nodes := []*mosquitto{startMosquitto(t), startMosquitto(t), startMosquitto(t)}
+	byURL := map[string]*mosquitto{}
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.url())
+		byURL[n.url()] = n
+	}
+	gw := startGateway(t)
+	var bs []*running
+	used := map[string]int{}
+	for i := range 6 {
+		b := runBridge(t, testConfig(t, fmt.Sprintf("gw%d", i), addrs...), gw.srv)
+		bs = append(bs, b)
+		b.waitState(t, bridge.Connected)
+		if st := b.Stats(); st.Address != b.Addresses()[0] {
+			t.Errorf("gw%d connected to %s, want the first of its order %v", i, st.Address, b.Addresses())
+		}
+		used[b.Stats().Address]++
+	}
+	if len(used) < 2 {
+		t.Errorf("6 bridges on %d node(s): %v", len(used), used)
+	}
+	t.Logf("spread: %v", used)
+
+	b := bs[0]
+	order := b.Addresses()
+	first, second := byURL[order[0]], byURL[order[1]]
+	first.Kill()
+	testutil.Eventually(t, 15*time.Second, "moved to its second address", func() bool {
+		st := b.Stats()
+		return st.State == bridge.Connected && st.Address == order[1]
+	})
+	first.Start()
+	connects := b.Stats().Connects
+	// The node is back; the bridge stays where it is while that
+	// connection lasts (it has no reason to drop a working connection).
+	c := client(t, gw.addr, "local-pub")
+	up := subscribe(t, second.addr(), "up-sub", "site-a/#", 1)
+	publishMany(t, c, "sensors/t1", 5, "m")
+	testutil.Eventually(t, 10*time.Second, "messages through the second node", func() bool {
+		return countDistinct(up.all(), "site-a/sensors/t1") == 5
+	})
+	if st := b.Stats(); st.Address != order[1] || st.Connects != connects {
+		t.Errorf("after the first node came back: on %s after %d connects, want still %s after %d", st.Address, st.Connects, order[1], connects)
+	}
+	second.Kill()
+	testutil.Eventually(t, 15*time.Second, "back on its first address", func() bool {
+		st := b.Stats()
+		return st.State == bridge.Connected && st.Address == order[0]
+	})
 }

@@ -34,6 +34,7 @@ for want in \
 	./usr/lib/sysusers.d/edgegw.conf \
 	./usr/lib/tmpfiles.d/edgegw.conf \
 	./etc/edgegw/edgegw.yaml \
+	./etc/default/edgegw \
 	./usr/share/doc/edgegw/copyright \
 	./usr/share/doc/edgegw/changelog.Debian.gz \
 	./usr/share/doc/edgegw/README.md \
@@ -52,6 +53,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 dpkg-deb --ctrl-tarfile "$deb" | tar -x -C "$tmp"
 grep -qx /etc/edgegw/edgegw.yaml "$tmp/conffiles" || fail "/etc/edgegw/edgegw.yaml is not a conffile"
+grep -qx /etc/default/edgegw "$tmp/conffiles" || fail "/etc/default/edgegw is not a conffile"
 for s in postinst prerm postrm; do
 	[ -x "$tmp/$s" ] || fail "maintainer script $s missing or not executable"
 	sh -n "$tmp/$s" || fail "$s: syntax error"
@@ -88,6 +90,7 @@ for p in $(sed -n 's/^Exec[A-Za-z]*=[-@+!:]*\([^ ]*\).*/\1/p' "$unit" | sort -u)
 	case $p in /usr/bin/edgegw) [ -x "$root$p" ] || fail "$p (from the unit) not in the package" ;; esac
 done
 grep -q '/usr/bin/edgegw .*--config /etc/edgegw/edgegw.yaml' "$unit" || fail "unit does not use /etc/edgegw/edgegw.yaml"
+grep -qx 'EnvironmentFile=/etc/default/edgegw' "$unit" || fail "unit does not read /etc/default/edgegw"
 # What a Debian target already has: systemd's own units (sysinit.target,
 # network-online.target, ...) and /bin/sh and /bin/kill (dash, procps).
 cp -Rn /usr/lib/systemd/system/. "$root/usr/lib/systemd/system/" 2>/dev/null ||

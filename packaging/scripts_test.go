@@ -30,12 +30,15 @@ func newScriptEnv(t *testing.T, sysusers, systemd, wasEnabled, override bool) *s
 	t.Helper()
 	dir := t.TempDir()
 	e := &scriptEnv{root: filepath.Join(dir, "root"), log: filepath.Join(dir, "log"), stubDir: filepath.Join(dir, "bin")}
-	for _, d := range []string{e.stubDir, e.root + "/etc/edgegw", e.root + "/var/lib/edgegw"} {
+	for _, d := range []string{e.stubDir, e.root + "/etc/edgegw", e.root + "/etc/default", e.root + "/var/lib/edgegw"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := os.WriteFile(e.root+"/etc/edgegw/edgegw.yaml", []byte("log: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.root+"/etc/default/edgegw", []byte("EDGEGW_PERSISTENCE_DIR=/var/lib/edgegw\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if systemd {
@@ -107,7 +110,8 @@ func TestMaintainerScripts(t *testing.T) {
 			sysusers: true, systemd: true, enabled: true,
 			want: []string{"systemd-sysusers --root=ROOT edgegw.conf", "chown edgegw:edgegw ROOT/var/lib/edgegw",
 				"chmod 0750 ROOT/var/lib/edgegw", "chown root:edgegw ROOT/etc/edgegw/edgegw.yaml",
-				"chmod 0640 ROOT/etc/edgegw/edgegw.yaml", "deb-systemd-helper unmask edgegw.service",
+				"chmod 0640 ROOT/etc/edgegw/edgegw.yaml", "chown root:edgegw ROOT/etc/default/edgegw",
+				"chmod 0640 ROOT/etc/default/edgegw", "deb-systemd-helper unmask edgegw.service",
 				"deb-systemd-helper enable edgegw.service", "systemctl --system daemon-reload"},
 			notWant: []string{"deb-systemd-invoke", "systemctl start", "useradd"},
 		},

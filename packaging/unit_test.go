@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 const unitPath = "../systemd/edgegw.service"
@@ -77,7 +79,9 @@ func TestUnitDirectives(t *testing.T) {
 		{"Service", "SupplementaryGroups", "dialout"},
 		{"Service", "StateDirectory", "edgegw"},
 		{"Service", "ConfigurationDirectory", "edgegw"},
-		{"Service", "Environment", "EDGEGW_PERSISTENCE_DIR=/var/lib/edgegw"},
+		// EDGEGW_PERSISTENCE_DIR and the admin's variables are in the
+		// environment file (TestEnvironmentFile).
+		{"Service", "EnvironmentFile", "/etc/default/edgegw"},
 		// A crash dies by SIGABRT, restarted (TestCrashIsRestarted), and
 		// leaves no core file on the SD card (the unit's comment).
 		{"Service", "Environment", "GOTRACEBACK=crash"},
@@ -186,5 +190,67 @@ func TestUnitSecurity(t *testing.T) {
 	t.Logf("exposure %.1f (bound %.1f)", score, maxExposure)
 	if score > maxExposure {
 		t.Errorf("systemd-analyze security: exposure %.1f > %.1f; a hardening setting was lost:\n%s", score, maxExposure, out)
+	}
+}
+
+// TestEnvironmentFile: the service's environment is a file the package
+// installs as a conffile at /etc/default/edgegw and the unit reads (not
+// optional: without it the state would silently stay in memory), and
+// check-config, given that file, prints the configuration the service runs
+// with: the state in /var/lib/edgegw, and the variable that put it there.
+func TestEnvironmentFile(t *testing.T) {
+	unit := parseUnit(t, unitPath)
+	if got := unit["Service"]["EnvironmentFile"]; !slices.Equal(got, []string{"/etc/default/edgegw"}) {
+		t.Errorf("EnvironmentFile=%q, want exactly /etc/default/edgegw (no leading -: required)", got)
+	}
+	for _, e := range unit["Service"]["Environment"] {
+		if strings.HasPrefix(e, "EDGEGW_") {
+			t.Errorf("Environment=%s in the unit: EDGEGW_* settings belong in the environment file, which check-config reads", e)
+		}
+	}
+	raw, err := os.ReadFile("nfpm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkg struct {
+		Contents []struct{ Src, Dst, Type string } `yaml:"contents"`
+	}
+	if err := yaml.Unmarshal(raw, &pkg); err != nil {
+		t.Fatal(err)
+	}
+	src := ""
+	for _, c := range pkg.Contents {
+		if c.Dst == "/etc/default/edgegw" {
+			src = filepath.Join("..", c.Src)
+			if c.Type != "config" {
+				t.Errorf("/etc/default/edgegw is type %q, want config (a conffile)", c.Type)
+			}
+		}
+	}
+	if src == "" {
+		t.Fatal("nfpm.yaml installs no /etc/default/edgegw")
+	}
+
+	bin := filepath.Join(t.TempDir(), "edgegw")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/edgegw").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "check-config", "--config", shippedConfig(t), "--env-file", src)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("check-config: %v\n%s", err, out)
+	}
+	var eff struct {
+		Persistence struct{ Dir string } `yaml:"persistence"`
+	}
+	if err := yaml.Unmarshal(out, &eff); err != nil {
+		t.Fatalf("check-config output: %v\n%s", err, out)
+	}
+	if eff.Persistence.Dir != "/var/lib/edgegw" {
+		t.Errorf("check-config with the environment file: persistence.dir %q, want /var/lib/edgegw\n%s", eff.Persistence.Dir, out)
+	}
+	if want := "EDGEGW_PERSISTENCE_DIR (from " + src + ")"; !strings.Contains(string(out), want) {
+		t.Errorf("check-config does not say %q:\n%s", want, out)
 	}
 }

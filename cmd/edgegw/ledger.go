@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/edgegw/edgegw/bridge"
@@ -47,11 +46,16 @@ func ledgerStatus(b *bridge.Bridge) *metrics.Ledger {
 // cmdLedger prints the running gateway's /ledger: it reads metrics.address
 // from the config and asks the gateway there.
 func cmdLedger(args []string, stdout, stderr io.Writer) int {
-	path, code, ok := configFlags("ledger", args, stdout, stderr)
+	ca, code, ok := configFlags("ledger", args, stdout, stderr, true)
 	if !ok {
 		return code
 	}
-	cfg, err := config.Load(path, os.Environ())
+	env, err := newLoadEnv(ca.envFile, ca.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "edgegw ledger: %v\n", err)
+		return exitUsage
+	}
+	cfg, err := config.Load(ca.path, env.env)
 	if err != nil {
 		fmt.Fprintf(stderr, "edgegw ledger: %v\n", err)
 		return exitUsage

@@ -1,7 +1,7 @@
 // Command edgegw is the MQTT edge gateway: an embedded broker for local
 // sensors (TCP, WebSocket, serial) with durable bridges to cloud brokers.
 //
-//	edgegw [--config FILE]               run the gateway
+//	edgegw [--config FILE] [--listen HOST:PORT]  run the gateway
 //	edgegw check-config [--config FILE]  validate and print the effective config
 //	edgegw version                       print version, commit, Go version and platform
 //	edgegw passwd FILE USER              add or update a user in a password file
@@ -19,6 +19,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,11 +55,15 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"run", "[--config FILE]", "run the gateway (the default command)",
+		{"run", "[--config FILE] [--listen HOST:PORT] [--env-file FILE]", "run the gateway (the default command)",
 			"Runs the gateway until SIGINT or SIGTERM; SIGHUP reloads what can change live.\n" +
-				"Config problems are printed one per line and exit with status 2.", cmdRun},
-		{"check-config", "[--config FILE]", "validate the config and print the effective config",
-			"Loads the config with the environment overrides, opens and parses every file it\n" +
+				"Config problems are printed one per line and exit with status 2.\n" +
+				"Without a config, --listen 127.0.0.1:1884 (or $EDGEGW_LISTEN) moves the built-in\n" +
+				"listener off 1883.", cmdRun},
+		{"check-config", "[--config FILE] [--env-file FILE]", "validate the config and print the effective config",
+			"Loads the config with the environment overrides, as the service does: the process's\n" +
+				"environment and the service's environment file (" + DefaultEnvFile + " when it exists,\n" +
+				"or --env-file), and names the EDGEGW_* variables in effect; opens and parses every file it\n" +
 				"names (password and ACL files, TLS certificates, keys and CAs), prints each\n" +
 				"problem with its key on stderr and exits 2, or prints the effective config\n" +
 				"on stdout and exits 0. Warnings (certificates near expiry, listeners open to\n" +
@@ -76,7 +81,7 @@ func init() {
 				"Reload a running gateway with SIGHUP (systemctl reload edgegw).", cmdPasswd},
 		{"sensor", "--device PATH [flags]", "simulate a serial MQTT sensor (to try a serial listener)",
 			sensorHelp, cmdSensor},
-		{"ledger", "[--config FILE]", "print where every message each bridge accepted went",
+		{"ledger", "[--config FILE] [--env-file FILE]", "print where every message each bridge accepted went",
 			"Asks the running gateway (at metrics.address, /ledger) for each bridge's delivery\n" +
 				"ledger: accepted = delivered + in flight + queued + dropped + unknown, with the\n" +
 				"drops by reason and the messages rejected since the start (docs/bridge.md).", cmdLedger},
@@ -119,35 +124,57 @@ func findCommand(name string) (command, bool) {
 	return command{}, false
 }
 
-// configFlags parses the flags shared by run and check-config; ok false
-// means return code.
-func configFlags(name string, args []string, stdout, stderr io.Writer) (path string, code int, ok bool) {
+// configArgs are the flags shared by run, check-config and ledger.
+type configArgs struct {
+	path    string // --config
+	envFile string // --env-file ("" none)
+	listen  string // --listen ("" none)
+}
+
+// configFlags parses the flags shared by run, check-config and ledger;
+// ok false means return code. With serviceEnv (check-config and ledger)
+// --env-file defaults to DefaultEnvFile when it exists; run reads none
+// unless told (systemd sets the service's environment).
+func configFlags(name string, args []string, stdout, stderr io.Writer, serviceEnv bool) (ca configArgs, code int, ok bool) {
 	fs := newFlags(name, stdout, stderr)
-	fs.StringVar(&path, "config", os.Getenv(config.EnvConfig), "config `FILE` (default $"+config.EnvConfig+"; none = built-in defaults)")
+	fs.StringVar(&ca.path, "config", os.Getenv(config.EnvConfig), "config `FILE` (default $"+config.EnvConfig+"; none = built-in defaults)")
+	envHelp := "read environment variables from `FILE` (KEY=VALUE lines, as systemd's EnvironmentFile=) on top of the process's"
+	if serviceEnv {
+		envHelp += "; default " + DefaultEnvFile + " when it exists, as the service reads it; --env-file= reads none"
+	}
+	fs.StringVar(&ca.envFile, "env-file", "", envHelp)
+	fs.StringVar(&ca.listen, "listen", "", "move the built-in listener (used when the config lists none) to `HOST:PORT`, as $"+config.EnvListen+" does")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
-		return "", code, false
+		return ca, code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "edgegw %s: unexpected argument %q\n", name, fs.Arg(0))
 		printCommandHelp(fs, stderr)
-		return "", exitUsage, false
+		return ca, exitUsage, false
 	}
-	return path, exitOK, true
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "env-file" })
+	if serviceEnv && !given {
+		if _, err := os.Stat(DefaultEnvFile); err == nil {
+			ca.envFile = DefaultEnvFile
+		}
+	}
+	return ca, exitOK, true
 }
 
-// loadChecked loads path with the process environment and runs the
+// loadChecked loads the config of ca with its environment and runs the
 // preflight checks of the files it names. Every problem is printed to pw,
 // one per line, each with its source and key; ok is false if there was
 // any. The warnings are printed first when printWarnings is set, and
 // returned (for run to log).
-func loadChecked(path string, pw problemWriter, printWarnings bool) (cfg config.Config, warnings config.Errors, ok bool) {
-	cfg, err := config.Load(path, os.Environ())
+func loadChecked(ca configArgs, env loadEnv, pw problemWriter, printWarnings bool) (cfg config.Config, warnings config.Errors, ok bool) {
+	cfg, err := config.Load(ca.path, env.env)
 	var es config.Errors
 	if err != nil && !errors.As(err, &es) {
 		pw.line(prioErr, "edgegw: %v", err)
 		return cfg, nil, false
 	}
-	f := preflight(cfg, path, time.Now())
+	f := preflight(cfg, ca.path, time.Now())
 	if printWarnings {
 		for _, w := range f.warnings {
 			pw.line(prioWarning, "warning: %s", w)
@@ -165,20 +192,31 @@ func loadChecked(path string, pw problemWriter, printWarnings bool) (cfg config.
 }
 
 func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
-	path, code, ok := configFlags("check-config", args, stdout, stderr)
+	ca, code, ok := configFlags("check-config", args, stdout, stderr, true)
 	if !ok {
 		return code
 	}
 	pw := problemWriter{w: stderr, journal: underJournal(stderr, os.Getenv)}
-	cfg, _, ok := loadChecked(path, pw, true)
+	env, err := newLoadEnv(ca.envFile, ca.listen)
+	if err != nil {
+		pw.line(prioErr, "edgegw: %v", err)
+		return exitUsage
+	}
+	cfg, _, ok := loadChecked(ca, env, pw, true)
 	if !ok {
 		return exitUsage
 	}
 	src := "built-in defaults"
-	if path != "" {
-		src = path
+	if ca.path != "" {
+		src = ca.path
 	}
 	fmt.Fprintf(stdout, "# edgegw effective configuration: %s with environment overrides; secrets redacted\n", src)
+	if env.file != "" {
+		fmt.Fprintf(stdout, "# environment file %s (as the service reads it) sets: %s\n", env.file, orNone(env.fromFile))
+	} else {
+		fmt.Fprintf(stdout, "# environment file: none\n")
+	}
+	fmt.Fprintf(stdout, "# environment overrides: %s\n", orNone(env.overrides()))
 	if err := cfg.WriteYAML(stdout); err != nil {
 		fmt.Fprintf(stderr, "edgegw: %v\n", err)
 		return exitFailure
@@ -186,13 +224,28 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// orNone joins names with ", ", or says none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	path, code, ok := configFlags("run", args, stdout, stderr)
+	ca, code, ok := configFlags("run", args, stdout, stderr, false)
 	if !ok {
 		return code
 	}
+	path := ca.path
 	journal := underJournal(stderr, os.Getenv)
-	cfg, warnings, ok := loadChecked(path, problemWriter{w: stderr, journal: journal}, false)
+	pw := problemWriter{w: stderr, journal: journal}
+	env, err := newLoadEnv(ca.envFile, ca.listen)
+	if err != nil {
+		pw.line(prioErr, "edgegw: %v", err)
+		return exitUsage
+	}
+	cfg, warnings, ok := loadChecked(ca, env, pw, false)
 	if !ok {
 		return exitUsage
 	}
@@ -208,7 +261,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	for _, w := range warnings {
 		log.Warn("config warning", "key", w.Key, "problem", w.Msg)
 	}
-	if err := runGateway(ctx, runParams{cfg: cfg, path: path, log: log, level: level}); err != nil {
+	if err := runGateway(ctx, runParams{cfg: cfg, path: path, env: env.env, log: log, level: level}); err != nil {
 		// One line per problem: a joined error holds several.
 		for _, line := range strings.Split(err.Error(), "\n") {
 			log.Error("gateway failed", "err", line)

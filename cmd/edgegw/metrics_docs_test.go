@@ -88,9 +88,14 @@ func TestMetricsDocumented(t *testing.T) {
 	g.Persist("", "")
 	// The first address is dead: a last error. The rate limit and budget
 	// add their series, far above what the test sends.
-	g.Bridge("cloud", freePort(t), up.Addr).With("rate_limit", 100000000).With("budget", "1GiB per 30d").Out("sensors/#", 1)
+	g.Bridge("cloud", freePort(t), up.Addr).With("rate_limit", 100000000).With("budget", "1GiB per 30d").Out("sensors/#", 1).
+		With("address_order", "strict")
+	// An MQTT 5 uplink adds what only its CONNACK announces.
+	g.Bridge("cloud5", up.Addr).Protocol("5").Out("sensors5/#", 1)
 	g.Start()
-	g.WaitLog(`msg="uplink connected"`)
+	testutil.Eventually(t, 20*time.Second, "both uplinks connected", func() bool {
+		return strings.Count(g.Logs(), `msg="uplink connected"`) >= 2
+	})
 
 	code, _, body := g.Get("/metrics")
 	if code != 200 {

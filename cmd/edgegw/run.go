@@ -84,6 +84,7 @@ type listener interface {
 type runParams struct {
 	cfg   config.Config
 	path  string
+	env   []string // the environment the config was loaded with: a reload loads it with the same
 	log   *slog.Logger
 	level *slog.LevelVar
 }
@@ -321,7 +322,11 @@ func reloadAll(p runParams, files *auth.Files, reloaders []*listeners.CertReload
 func reload(p runParams, files *auth.Files, bridges []*bridge.Bridge) (ok bool) {
 	log := p.log
 	log.Info("reloading", "config", p.path)
-	cfg, err := config.Load(p.path, os.Environ())
+	env := p.env
+	if env == nil {
+		env = os.Environ()
+	}
+	cfg, err := config.Load(p.path, env)
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			log.Error("reload: config invalid; keeping the running config", "problem", line)
@@ -398,8 +403,8 @@ func newListener(l config.Listener, cfg config.Config, log *slog.Logger) (listen
 // <persistence.dir>/bridges/<name> (memory-backed temp dir without one).
 func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 	bc := bridge.Config{
-		Name: b.Name, Addresses: b.Addresses, ClientID: b.ClientID, Username: b.Username, Password: b.Password,
-		CleanSession: b.CleanSession, Protocol: b.Protocol, KeepAlive: b.Keepalive, ConnectTimeout: b.ConnectTimeout,
+		Name: b.Name, Addresses: b.Addresses, AddressOrder: b.AddressOrder, ClientID: b.ClientID, Username: b.Username, Password: b.Password,
+		CleanSession: b.CleanSession, Protocol: b.Protocol, BridgeFlag: b.BridgeFlag, UpstreamMaxQoS: b.UpstreamMaxQoS, QoSNotGranted: b.QoSNotGranted, KeepAlive: b.Keepalive, ConnectTimeout: b.ConnectTimeout,
 		WriteTimeout: b.WriteTimeout, AckTimeout: b.AckTimeout, MaxInflight: int(b.MaxInflight), MaxInflightQoS2: b.MaxInflightQoS2,
 		ReconnectMin: b.ReconnectMin, ReconnectMax: b.ReconnectMax,
 		TLS: bridge.TLSConfig{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key, ServerName: b.TLS.ServerName,
@@ -442,6 +447,11 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 		}
 		bs.Ledger = ledgerStatus(b)
 		bs.UpstreamRetried = int64(st.UpstreamRetried)
+		bs.QoSDowngraded, bs.QoSHeld = int64(st.QoSDowngraded), st.QoSHeld
+		if u := st.Upstream; u.Protocol != "" {
+			bs.Upstream = &metrics.UpstreamStatus{Protocol: u.Protocol, BridgeFlag: u.BridgeFlag, BridgeFlagRefused: u.BridgeFlagRefused,
+				MaxQoS: int(u.MaxQoS), RetainAvailable: u.RetainAvailable, ReceiveMaximum: u.ReceiveMaximum, MaxPacketSize: u.MaxPacketSize}
+		}
 		bs.UpstreamDropped = make(map[string]int64)
 		for _, rc := range bridge.PermanentRefusals() { // every reason, zero included
 			bs.UpstreamDropped[reasonLabel(rc)] = int64(st.UpstreamDroppedBy[rc])

@@ -139,7 +139,8 @@ func newStatusEnv(t *testing.T) *statusEnv {
 	e.g.Listener(listenerConf{Name: "rs485", Type: "serial", Device: dev, Baud: 115200, Framing: "cobs-crc16"})
 	e.g.Bridge("cloud", e.up.Addr, "tcp://edge:"+secretURLPassword+"@"+e.up.Addr).
 		With("username", "edge").With("password", secretBridgePassword).
-		With("keepalive", "2s").With("ack_timeout", "10s").FastReconnect().Out("sensors/#", 1)
+		With("keepalive", "2s").With("ack_timeout", "10s").FastReconnect().Out("sensors/#", 1).
+		With("address_order", "strict") // addresses in the golden file as listed (spread orders them by port)
 	e.serial = openPty(t, dev) // plugged in before the gateway starts
 	e.g.Start()
 	e.waitJSON("bridge connected", func(s statusDoc) bool { return s.Bridges[0].State == "connected" })

@@ -52,6 +52,22 @@ const (
 	DrainLiveFirst = "live-first" // new messages first, the backlog with backlog_share of the window
 )
 
+// Bridge address orders (Bridge.AddressOrder).
+const (
+	AddressOrderSpread = "spread" // an order of the bridge's own, by client id: a fleet spreads over the nodes
+	AddressOrderStrict = "strict" // as listed: the first is the primary
+)
+
+// Bridge flag settings (Bridge.BridgeFlag) and what happens to a message
+// above the upstream's QoS (Bridge.QoSNotGranted).
+const (
+	BridgeFlagAuto   = "auto"
+	BridgeFlagAlways = "always"
+	BridgeFlagNever  = "never"
+	QoSDowngrade     = "downgrade"
+	QoSHold          = "hold"
+)
+
 // Persistence sync modes (Persistence.Sync).
 const (
 	SyncAlways = "always" // fsync after every write
@@ -222,16 +238,28 @@ type Bridge struct {
 	// Name is unique; used in $SYS/bridge/<name>/state, logs and the spool
 	// directory name, so it must stay stable.
 	Name string `mapstructure:"name"`
-	// Addresses are tried in order (failover): tcp://, tls:// (= ssl://),
-	// ws://, wss:// URLs with host:port.
-	Addresses    []string `mapstructure:"addresses"`
-	ClientID     string   `mapstructure:"client_id"` // default edgegw-<hostname>-<name>
-	Username     string   `mapstructure:"username"`
-	Password     string   `mapstructure:"password"` // secret: redacted when printed
-	CleanSession bool     `mapstructure:"clean_session"`
+	// Addresses are tried in AddressOrder (failover): tcp://, tls://
+	// (= ssl://), ws://, wss:// URLs with host:port.
+	Addresses []string `mapstructure:"addresses"`
+	// AddressOrder is spread (an order of this client id's own, so a
+	// fleet with one address list spreads over the nodes) or strict (as
+	// listed: the first is the primary).
+	AddressOrder string `mapstructure:"address_order"`
+	ClientID     string `mapstructure:"client_id"` // default DefaultClientID
+	Username     string `mapstructure:"username"`
+	Password     string `mapstructure:"password"` // secret: redacted when printed
+	CleanSession bool   `mapstructure:"clean_session"`
 	// Protocol is the uplink's MQTT version: 3.1.1, 5, or auto (5, and
 	// 3.1.1 once the upstream refuses 5).
 	Protocol string `mapstructure:"protocol"`
+	// BridgeFlag (3.1.1): auto (the bridge flag, dropped for an address
+	// that refuses it), always, or never.
+	BridgeFlag string `mapstructure:"bridge_flag"`
+	// UpstreamMaxQoS is the highest QoS sent upstream (1 or 2; over MQTT
+	// 5 at most the broker's Maximum QoS); QoSNotGranted is what happens
+	// to a message a rule sends higher: downgrade or hold.
+	UpstreamMaxQoS int    `mapstructure:"upstream_max_qos"`
+	QoSNotGranted  string `mapstructure:"qos_not_granted"`
 
 	Keepalive      time.Duration `mapstructure:"keepalive"`
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
@@ -386,6 +414,10 @@ func DefaultBridge() Bridge {
 		Spool:           Spool{MaxBytes: 256 * MiB},
 		Drain:           DrainFIFO,
 		BacklogShare:    "25%",
+		AddressOrder:    AddressOrderSpread,
+		BridgeFlag:      BridgeFlagAuto,
+		UpstreamMaxQoS:  2,
+		QoSNotGranted:   QoSDowngrade,
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 var docDefaultExceptions = map[string]string{
 	"listeners.name":      "<type><index>: filled in per entry at load",
 	"listeners.address":   "per type (tcp, websocket): checked below",
-	"bridges.client_id":   "edgegw-<hostname>-<name>: derived at start",
+	"bridges.client_id":   "edgegw-<host>-<id>-<name>: derived at load (TestDefaultClientID)",
 	"limits.memory_limit": "0 (= 2 x memory_budget + 32MiB): the derived value is checked below",
 }
 

@@ -23,6 +23,13 @@ const EnvPrefix = "EDGEGW_"
 // not an override and Load ignores it.
 const EnvConfig = "EDGEGW_CONFIG"
 
+// EnvListen moves the built-in listener (the one used when the config
+// lists none) to another host:port, without a config file: with the
+// Debian mosquitto on 1883, EDGEGW_LISTEN=127.0.0.1:1884 edgegw. A config
+// file that lists listeners makes it an error (their addresses take
+// ${env:NAME} instead). edgegw --listen sets it.
+const EnvListen = "EDGEGW_LISTEN"
+
 // Load reads the YAML file at path ("" = no file: defaults only), applies
 // the EDGEGW_<SECTION>_<KEY> overrides found in env (entries "NAME=value",
 // as from os.Environ), decodes strictly and validates. On failure the
@@ -38,11 +45,12 @@ const EnvConfig = "EDGEGW_CONFIG"
 //
 // Each entry of listeners, bridges and bridges[i].topics starts from its
 // defaults (DefaultListener for its type, DefaultBridge,
-// DefaultBridgeTopic). A bridge without client_id gets
-// "edgegw-<hostname>-<name>"; a listener without name gets "<type><index>".
+// DefaultBridgeTopic). A bridge without client_id gets DefaultClientID; a
+// listener without name gets "<type><index>". $EDGEGW_LISTEN moves the
+// built-in listener (EnvListen).
 //
-// ${HOSTNAME} and ${MACHINE_ID} in a bridge's name, client_id and topic
-// prefixes are expanded from this machine (see HostVars).
+// Every string value may hold placeholders (expand.go): ${HOSTNAME} and
+// ${MACHINE_ID} from this machine (see HostVars), ${env:NAME} from env.
 func Load(path string, env []string) (Config, error) {
 	return LoadVars(path, env, HostVars)
 }
@@ -61,6 +69,7 @@ func LoadVars(path string, env []string, vars Vars) (Config, error) {
 	envKeys := applyEnv(v, env, &es)
 
 	raw := v.AllSettings()
+	expandRaw(raw, newResolver(vars, env), &es)
 	checkKeys(raw, reflect.TypeFor[Config](), "", &es)
 
 	cfg := Default()
@@ -78,8 +87,16 @@ func LoadVars(path string, env []string, vars Vars) (Config, error) {
 	if err := dec.Decode(raw); err != nil {
 		collectDecodeErrors(err, &es)
 	}
-	expandFleet(&cfg, vars, &es)
-	applyDerivedDefaults(&cfg)
+	if name, addr, ok := listenOverride(env); ok {
+		if _, listed := getCI(raw, "listeners"); listed {
+			es = append(es, &FieldError{Source: "$" + name, Key: "listeners",
+				Msg: "--listen and $" + EnvListen + " move the built-in listener only, and this config lists its listeners: put ${env:" + EnvListen + "} in a listener's address instead"})
+		} else {
+			cfg.Listeners[0].Address = addr
+			envKeys["listeners[0].address"] = name
+		}
+	}
+	applyDerivedDefaults(&cfg, vars)
 
 	if verr := cfg.Validate(); verr != nil {
 		var ves Errors
@@ -334,27 +351,29 @@ func prefillLists(cfg *Config, raw map[string]any) {
 	}
 }
 
+// listenOverride returns the last EDGEGW_LISTEN entry of env.
+func listenOverride(env []string) (name, addr string, ok bool) {
+	for _, kv := range env {
+		if v, found := strings.CutPrefix(kv, EnvListen+"="); found {
+			addr, ok = v, true
+		}
+	}
+	return EnvListen, addr, ok
+}
+
 // applyDerivedDefaults fills defaults that depend on other values.
-func applyDerivedDefaults(cfg *Config) {
+func applyDerivedDefaults(cfg *Config, vars Vars) {
 	for i := range cfg.Listeners {
 		if cfg.Listeners[i].Name == "" && cfg.Listeners[i].Type != "" {
 			cfg.Listeners[i].Name = fmt.Sprintf("%s%d", cfg.Listeners[i].Type, i)
 		}
 	}
-	var host string
 	for i := range cfg.Bridges {
 		b := &cfg.Bridges[i]
 		if b.ClientID != "" || b.Name == "" {
 			continue
 		}
-		if host == "" {
-			h, err := os.Hostname()
-			if err != nil || h == "" {
-				h = "unknown"
-			}
-			host, _, _ = strings.Cut(h, ".")
-		}
-		b.ClientID = "edgegw-" + host + "-" + b.Name
+		b.ClientID = DefaultClientID(vars, b.Name)
 	}
 }
 

@@ -375,6 +375,18 @@ func (c Config) validateBridges(es *Errors) {
 		if b.Drain != "" { // "": the default, fifo
 			oneOf(es, k+".drain", b.Drain, DrainFIFO, DrainLiveFirst)
 		}
+		if b.AddressOrder != "" { // "": the default, spread
+			oneOf(es, k+".address_order", b.AddressOrder, AddressOrderSpread, AddressOrderStrict)
+		}
+		if b.BridgeFlag != "" { // "": the default, auto
+			oneOf(es, k+".bridge_flag", b.BridgeFlag, BridgeFlagAuto, BridgeFlagAlways, BridgeFlagNever)
+		}
+		if b.QoSNotGranted != "" { // "": the default, downgrade
+			oneOf(es, k+".qos_not_granted", b.QoSNotGranted, QoSDowngrade, QoSHold)
+		}
+		if b.UpstreamMaxQoS != 0 && (b.UpstreamMaxQoS < 1 || b.UpstreamMaxQoS > 2) { // 0: the default, 2
+			es.add(k+".upstream_max_qos", "must be 1 or 2 (got %d)", b.UpstreamMaxQoS)
+		}
 		if b.RateLimit < 0 {
 			es.add(k+".rate_limit", "must not be negative (got %d)", b.RateLimit)
 		}

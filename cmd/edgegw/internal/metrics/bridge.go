@@ -28,10 +28,27 @@ type BridgeStatus struct {
 	// for now (the message is sent again).
 	UpstreamDropped map[string]int64
 	UpstreamRetried int64
-	Budget          *BudgetStatus // nil without rate_limit and budget
+	Upstream        *UpstreamStatus // what the current or last connection's upstream granted; nil before the first
+	QoSDowngraded   int64           // messages sent below their rule's QoS (qos_not_granted: downgrade)
+	QoSHeld         bool            // a message above the granted QoS is held, unsent (qos_not_granted: hold)
+	Budget          *BudgetStatus   // nil without rate_limit and budget
 	Spool           SpoolStatus
 	Ledger          *Ledger // nil while the spool is not open
 }
+
+// UpstreamStatus is what a bridge's upstream granted or showed.
+type UpstreamStatus struct {
+	Protocol          string // "3.1.1" or "5"
+	BridgeFlag        bool   // 3.1.1 with the bridge flag
+	BridgeFlagRefused bool   // this address refused the bridge flag
+	MaxQoS            int    // the highest QoS sent
+	RetainAvailable   bool
+	ReceiveMaximum    int // MQTT 5 only
+	MaxPacketSize     int // MQTT 5 only; 0: none announced
+}
+
+func hasUpstream(b BridgeStatus) bool  { return b.Upstream != nil }
+func hasUpstream5(b BridgeStatus) bool { return b.Upstream != nil && b.Upstream.Protocol == "5" }
 
 // BudgetStatus is a bridge's uplink byte budget (rate_limit, budget).
 type BudgetStatus struct {
@@ -96,6 +113,18 @@ var bridgeTable = []bridgeSeries{
 		func(b BridgeStatus) float64 { return float64(b.Refused) }, nil},
 	{"edgegw_bridge_upstream_retried_total", "MQTT 5: publishes the upstream refused for now (0x97 quota exceeded, ...); the message stays and is sent again.", true, "upstream/retried",
 		func(b BridgeStatus) float64 { return float64(b.UpstreamRetried) }, nil},
+	{"edgegw_bridge_upstream_max_qos", "The highest QoS the bridge sends upstream: upstream_max_qos, over MQTT 5 at most the broker's Maximum QoS.", false, "upstream/max_qos",
+		func(b BridgeStatus) float64 { return float64(b.Upstream.MaxQoS) }, hasUpstream},
+	{"edgegw_bridge_upstream_retain_available", "1 if the upstream takes retained messages (MQTT 5 CONNACK; assumed over 3.1.1).", false, "upstream/retain_available",
+		func(b BridgeStatus) float64 { return float64(boolInt(b.Upstream.RetainAvailable)) }, hasUpstream},
+	{"edgegw_bridge_upstream_receive_maximum", "MQTT 5: the upstream's Receive Maximum, the QoS 1/2 publishes it takes at once.", false, "upstream/receive_maximum",
+		func(b BridgeStatus) float64 { return float64(b.Upstream.ReceiveMaximum) }, hasUpstream5},
+	{"edgegw_bridge_upstream_maximum_packet_size_bytes", "MQTT 5: the upstream's Maximum Packet Size (0: none announced).", false, "upstream/maximum_packet_size",
+		func(b BridgeStatus) float64 { return float64(b.Upstream.MaxPacketSize) }, hasUpstream5},
+	{"edgegw_bridge_qos_downgraded_total", "Messages sent upstream at a lower QoS than their rule asks, because the upstream grants no more (qos_not_granted: downgrade).", true, "qos/downgraded",
+		func(b BridgeStatus) float64 { return float64(b.QoSDowngraded) }, nil},
+	{"edgegw_bridge_qos_held", "1 while a message above the upstream's QoS is held in the spool, unsent, with those behind it (qos_not_granted: hold).", false, "qos/held",
+		func(b BridgeStatus) float64 { return float64(boolInt(b.QoSHeld)) }, nil},
 	{"edgegw_bridge_budget_used_bytes", "Bytes written to the uplink in the current budget period (without a period budget: since start).", false, "budget/used",
 		func(b BridgeStatus) float64 { return float64(b.Budget.Used) }, hasBudget},
 	{"edgegw_bridge_budget_limit_bytes", "The uplink's byte budget per period; once used, only the high lane is sent until the period ends.", false, "budget/limit",
@@ -139,12 +168,17 @@ var bridgeTable = []bridgeSeries{
 // lastErrorMax bounds the error label of edgegw_bridge_last_error_info.
 const lastErrorMax = 200
 
+// perProcess ends the help of every bridge counter: they start at zero
+// with the process, while the delivery ledger persists with the spool, so
+// after a restart the two differ, and each surface says which is which.
+const perProcess = " Counts since this process started; the delivery ledger (edgegw_bridge_ledger_messages) counts across restarts."
+
 // collectBridges writes the edgegw_bridge_* families.
 func collectBridges(w *expo, bs []BridgeStatus) {
 	for _, s := range bridgeTable {
 		f := w.gauge(s.metric, s.help)
 		if s.counter {
-			f = w.counter(s.metric, s.help)
+			f = w.counter(s.metric, s.help+perProcess)
 		}
 		for _, b := range bs {
 			if s.only == nil || s.only(b) {
@@ -157,6 +191,16 @@ func collectBridges(w *expo, bs []BridgeStatus) {
 	for _, b := range bs {
 		for _, r := range sortedKeys(b.UpstreamDropped) {
 			f.v(float64(b.UpstreamDropped[r]), "bridge", b.Name, "reason", r)
+		}
+	}
+	f = w.gauge("edgegw_bridge_upstream_info", "The protocol of the current (or last) uplink connection, 1: protocol 3.1.1 or 5, bridge_flag true, false, or refused (the broker refused it; 3.1.1 only).")
+	for _, b := range bs {
+		if u := b.Upstream; u != nil {
+			flag := strconv.FormatBool(u.BridgeFlag)
+			if u.BridgeFlagRefused {
+				flag = "refused"
+			}
+			f.v(1, "bridge", b.Name, "protocol", u.Protocol, "bridge_flag", flag)
 		}
 	}
 	// One series per bridge whose label changes with the error: what it

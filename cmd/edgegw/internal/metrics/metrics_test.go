@@ -37,8 +37,9 @@ func TestMetricsAndHealth(t *testing.T) {
 			return []BridgeStatus{{Name: "cloud", Connected: true, WatchdogTrips: 1, LastError: `EOF "x"`,
 				Spool:           SpoolStatus{Messages: 3, Quarantined: 2},
 				UpstreamDropped: map[string]int64{"not_authorized": 4, "packet_too_large": 0}, UpstreamRetried: 5,
-				Budget: &BudgetStatus{Used: 1000, Limit: 5000, PeriodEnd: time.Unix(1800000000, 0), Rate: 200, RateWaited: 1500 * time.Millisecond},
-			}, {Name: "plain"}}
+				Budget:   &BudgetStatus{Used: 1000, Limit: 5000, PeriodEnd: time.Unix(1800000000, 0), Rate: 200, RateWaited: 1500 * time.Millisecond},
+				Upstream: &UpstreamStatus{Protocol: "5", MaxQoS: 1, RetainAvailable: true, ReceiveMaximum: 20}, QoSDowngraded: 7,
+			}, {Name: "plain", Upstream: &UpstreamStatus{Protocol: "3.1.1", BridgeFlagRefused: true, MaxQoS: 2, RetainAvailable: true}}}
 		},
 		Links: func() []LinkStatus {
 			return []LinkStatus{{Name: "uart0", State: "waiting", BadFrames: map[string]int64{"crc": 2}}}
@@ -90,6 +91,14 @@ func TestMetricsAndHealth(t *testing.T) {
 		`edgegw_bridge_rate_limit_bytes_per_second{bridge="cloud"} 200`,
 		`edgegw_bridge_rate_limit_wait_seconds_total{bridge="cloud"} 1.5`,
 		`edgegw_bridge_upstream_retried_total{bridge="plain"} 0`,
+		`edgegw_bridge_upstream_info{bridge="cloud",bridge_flag="false",protocol="5"} 1`,
+		`edgegw_bridge_upstream_info{bridge="plain",bridge_flag="refused",protocol="3.1.1"} 1`,
+		`edgegw_bridge_upstream_max_qos{bridge="cloud"} 1`,
+		`edgegw_bridge_upstream_receive_maximum{bridge="cloud"} 20`,
+		`edgegw_bridge_upstream_retain_available{bridge="plain"} 1`,
+		`edgegw_bridge_qos_downgraded_total{bridge="cloud"} 7`,
+		`edgegw_bridge_qos_held{bridge="cloud"} 0`,
+		"# HELP edgegw_bridge_acked_total Upstream publishes acknowledged. Counts since this process started; the delivery ledger (edgegw_bridge_ledger_messages) counts across restarts.",
 		`edgegw_serial_link_state{listener="uart0",state="waiting"} 1`,
 		`edgegw_serial_frame_errors_total{kind="crc",listener="uart0"} 2`,
 		"go_goroutines",
@@ -141,6 +150,8 @@ func TestBridgeSys(t *testing.T) {
 
 	b.Budget = &BudgetStatus{Used: 7, Limit: 9, PeriodEnd: time.Unix(1800000000, 0), Rate: 3, RateWaited: 250 * time.Millisecond}
 	b.UpstreamDropped = map[string]int64{"qos_not_supported": 2}
+	b.Upstream = &UpstreamStatus{Protocol: "5", MaxQoS: 1, RetainAvailable: true, ReceiveMaximum: 20, MaxPacketSize: 1 << 20}
+	b.QoSDowngraded = 5
 	got = make(map[string]string)
 	for _, v := range BridgeSys(b) {
 		got[v.Topic] = v.Value
@@ -149,6 +160,9 @@ func TestBridgeSys(t *testing.T) {
 		"$SYS/bridge/cloud/budget/used": "7", "$SYS/bridge/cloud/budget/limit": "9",
 		"$SYS/bridge/cloud/budget/period_end": "1800000000", "$SYS/bridge/cloud/rate_limit/bytes_per_second": "3",
 		"$SYS/bridge/cloud/rate_limit/wait_seconds": "0.25", "$SYS/bridge/cloud/upstream/dropped/qos_not_supported": "2",
+		"$SYS/bridge/cloud/upstream/max_qos": "1", "$SYS/bridge/cloud/upstream/retain_available": "1",
+		"$SYS/bridge/cloud/upstream/receive_maximum": "20", "$SYS/bridge/cloud/upstream/maximum_packet_size": "1048576",
+		"$SYS/bridge/cloud/qos/downgraded": "5", "$SYS/bridge/cloud/qos/held": "0",
 	} {
 		if got[topic] != want {
 			t.Errorf("%s = %q, want %q", topic, got[topic], want)

@@ -173,6 +173,7 @@ func TestExplain(t *testing.T) {
 		"something new":                                       "The uplink failed: something new",
 		"set bridges[].max_packet_size if the cloud broker limits packet size: the uplink keeps ending right after " +
 			"sending the same message (412 bytes, topic site/t): read: connection reset by peer": "Set bridges[].max_packet_size",
+		`another client is probably using client id "edge-01": the upstream keeps ending the connection right after it connects: EOF`: "Another client probably uses this bridge's client id",
 	} {
 		if got := explain(err); !strings.Contains(got, want) || (want == "" && got != "") {
 			t.Errorf("explain(%q) = %q, want it to say %q", err, got, want)

@@ -170,7 +170,17 @@ func renderBridge(p *page, d pageData, i int, b Bridge) {
 		}
 		p.t(a)
 	}
-	p.s(")</td></tr>\n<tr><th>Backlog</th><td>")
+	p.s(")</td></tr>\n<tr><th>Upstream</th><td>")
+	up := b.UpstreamText
+	if up == "" {
+		up = "not connected yet"
+	}
+	p.live("span", k("upstream_text"), "", up)
+	p.s(" · above the granted QoS: ")
+	p.live("span", k("qos_not_granted"), "", b.QoSNotGranted)
+	p.s(", ")
+	p.live("span", k("qos_downgraded"), "", itoa(b.QoSDowngraded))
+	p.s(" downgraded</td></tr>\n<tr><th>Backlog</th><td>")
 	p.live("b", k("backlog_messages"), "", itoa(b.BacklogMessages))
 	p.s(" ")
 	p.noun(k("backlog_messages"), b.BacklogMessages == 1, "message")
@@ -185,7 +195,7 @@ func renderBridge(p *page, d pageData, i int, b Bridge) {
 	p.s("</td></tr>\n<tr><th>Time to empty</th><td>")
 	eta, class := etaOf(b)
 	p.livec("span", class, k("time_to_empty_seconds"), "eta", eta)
-	p.s("</td></tr>\n<tr><th>Delivery</th><td>")
+	p.s("</td></tr>\n<tr><th>Delivery <small>since this process started</small></th><td>")
 	// counters writes (field, value, words) triples; a "%s" in words ends the
 	// noun before it, pluralized ("connect%s": 1 connect, 2 connects).
 	counters := func(cs ...any) {
@@ -209,7 +219,7 @@ func renderBridge(p *page, d pageData, i int, b Bridge) {
 	counters("sent", b.Sent, "sent", "acked", b.Acked, "acked", "resumed", b.Resumed, "resumed",
 		"received", b.Received, "received from the cloud", "spool_dropped", b.SpoolDropped, "dropped (spool full)",
 		"accept_failed", b.AcceptFailed, "refused locally", "inbound_failed", b.InboundFailed, "inbound refused")
-	p.s("</td></tr>\n<tr><th>Connections</th><td>")
+	p.s("</td></tr>\n<tr><th>Connections <small>since this process started</small></th><td>")
 	counters("connects", b.Connects, "connect%s", "disconnects", b.Disconnects, "disconnect%s",
 		"connect_failures", b.ConnectFailures, "failed attempt%s", "watchdog_trips", b.WatchdogTrips, "watchdog trip%s",
 		"write_timeouts", b.WriteTimeouts, "write timeout%s")

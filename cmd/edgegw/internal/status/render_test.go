@@ -107,3 +107,21 @@ func TestRenderPlurals(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderCountersPerProcess: the bridge's delivery and connection
+// counters say they count since this process started (the ledger counts
+// across restarts), and the Upstream row says what the upstream granted.
+func TestRenderCountersPerProcess(t *testing.T) {
+	now := time.Now()
+	u := Upstream{Protocol: "5", MaxQoS: 1, RetainAvailable: true, ReceiveMaximum: 20}
+	d := pageData{Now: now, Span: "1h00m", Snapshot: Snapshot{Bridges: []Bridge{{Name: "cloud", State: "connected", Since: now,
+		Upstream: &u, UpstreamText: upstreamText(u, true), QoSNotGranted: "hold (upstream_max_qos 2)"}}}}
+	text := regexp.MustCompile(`<[^>]*>`).ReplaceAllString(string(renderPage(d, nil, nil)), "")
+	for _, want := range []string{"Delivery since this process started", "Connections since this process started",
+		"MQTT 5 · max QoS 1 (a message above it is HELD, unsent) · retain available · receive maximum 20",
+		"above the granted QoS: hold (upstream_max_qos 2)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("page lacks %q:\n%s", want, text)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"runtime/metrics"
@@ -99,6 +100,28 @@ type Bridge struct {
 	Received        uint64 `json:"received"`
 	InboundFailed   uint64 `json:"inbound_failed"`
 	AcceptFailed    uint64 `json:"accept_failed"`
+
+	// Upstream is what the upstream of the current (or last) connection
+	// granted (null before the first); UpstreamText says it in words.
+	Upstream     *Upstream `json:"upstream"`
+	UpstreamText string    `json:"upstream_text"`
+	// QoSNotGranted is the policy for a message above the granted QoS
+	// ("downgrade (upstream_max_qos 2)"); QoSDowngraded counts the
+	// messages sent below their rule's QoS; QoSHeld: one is held, unsent.
+	QoSNotGranted string `json:"qos_not_granted"`
+	QoSDowngraded uint64 `json:"qos_downgraded"`
+	QoSHeld       bool   `json:"qos_held"`
+}
+
+// Upstream is what a bridge's upstream granted or showed.
+type Upstream struct {
+	Protocol          string `json:"protocol"`            // 3.1.1 | 5
+	BridgeFlag        bool   `json:"bridge_flag"`         // 3.1.1 with the bridge flag (protocol level 0x84)
+	BridgeFlagRefused bool   `json:"bridge_flag_refused"` // this address refused it: plain 3.1.1
+	MaxQoS            int    `json:"max_qos"`             // the highest QoS sent
+	RetainAvailable   bool   `json:"retain_available"`
+	ReceiveMaximum    int    `json:"receive_maximum"`     // MQTT 5; 0 over 3.1.1 (not announced)
+	MaxPacketSize     int    `json:"maximum_packet_size"` // MQTT 5; 0: none announced
 }
 
 // Listener is one configured listener and its connected clients.
@@ -168,12 +191,49 @@ func bridgeOf(name string, addresses []string, st bridge.Stats, now time.Time, h
 		Connects:     st.Connects, Disconnects: st.Disconnects, ConnectFailures: st.ConnectFailures,
 		WatchdogTrips: st.WatchdogTrips, WriteTimeouts: st.WriteTimeouts, Sent: st.Sent,
 		Resumed: st.Resumed, Acked: st.Acked, Received: st.Received,
-		InboundFailed: st.InboundFailed, AcceptFailed: st.AcceptFailed}
+		InboundFailed: st.InboundFailed, AcceptFailed: st.AcceptFailed,
+		QoSNotGranted: st.QoSPolicy, QoSDowngraded: st.QoSDowngraded, QoSHeld: st.QoSHeld}
+	if u := st.Upstream; u.Protocol != "" {
+		br.Upstream = &Upstream{Protocol: u.Protocol, BridgeFlag: u.BridgeFlag, BridgeFlagRefused: u.BridgeFlagRefused,
+			MaxQoS: int(u.MaxQoS), RetainAvailable: u.RetainAvailable, ReceiveMaximum: u.ReceiveMaximum, MaxPacketSize: u.MaxPacketSize}
+		br.UpstreamText = upstreamText(*br.Upstream, st.QoSHeld)
+	}
 	if h != nil {
 		r := h.rates(name, sampleOf(now, st), st.State == bridge.Connected)
 		br.InRate, br.DrainRate, br.TimeToEmpty, br.BacklogState = r.in, r.out, r.empty, r.state
 	}
 	return br
+}
+
+// upstreamText says what an upstream granted, for the page.
+func upstreamText(u Upstream, held bool) string {
+	var b strings.Builder
+	b.WriteString("MQTT " + u.Protocol)
+	switch {
+	case u.Protocol != "3.1.1":
+	case u.BridgeFlag:
+		b.WriteString(" with the bridge flag")
+	case u.BridgeFlagRefused:
+		b.WriteString(" without the bridge flag (refused by this broker)")
+	default:
+		b.WriteString(" without the bridge flag")
+	}
+	fmt.Fprintf(&b, " · max QoS %d", u.MaxQoS)
+	if held {
+		b.WriteString(" (a message above it is HELD, unsent)")
+	}
+	if u.Protocol == "5" {
+		if u.RetainAvailable {
+			b.WriteString(" · retain available")
+		} else {
+			b.WriteString(" · no retain")
+		}
+		fmt.Fprintf(&b, " · receive maximum %d", u.ReceiveMaximum)
+		if u.MaxPacketSize > 0 {
+			b.WriteString(" · maximum packet size " + formatBytes(int64(u.MaxPacketSize)))
+		}
+	}
+	return b.String()
 }
 
 // snapshot builds the document; h supplies the rates (nil: none).

@@ -1,0 +1,44 @@
+package bridge
+
+import (
+	"testing"
+	"time"
+)
+
+// TestCollisionWatch: two connections in a row ended by the upstream
+// within healthyUplink of coming up name a collision (logged once per
+// streak); one that lasted, or that the bridge ended itself, ends the
+// streak; MQTT 5's 0x8E names it at once.
+func TestCollisionWatch(t *testing.T) {
+	var w collisionWatch
+	short := time.Second
+	steps := []struct {
+		up                   time.Duration
+		byPeer, takenOver    bool
+		wantNamed, wantFirst bool
+	}{
+		{short, true, false, false, false},
+		{0, true, false, true, true}, // lost in its setup, after the CONNACK
+		{short, true, false, true, false},
+		{healthyUplink, true, false, false, false}, // a connection that lasted ends the streak
+		{short, true, false, false, false},
+		{short, false, false, false, false}, // the bridge ended it (watchdog, write timeout)
+		{short, true, true, true, true},     // 0x8E session taken over
+		{time.Hour, true, true, true, false},
+	}
+	for i, s := range steps {
+		if i == 5 {
+			// A failed attempt (no CONNACK) ends a streak too.
+			w.ended(short, true, false)
+			w.reset()
+			if named, _ := w.ended(short, true, false); named {
+				t.Errorf("named across a failed attempt")
+			}
+			w.reset()
+		}
+		named, first := w.ended(s.up, s.byPeer, s.takenOver)
+		if named != s.wantNamed || first != s.wantFirst {
+			t.Errorf("step %d (%+v): named %v first %v", i, s, named, first)
+		}
+	}
+}

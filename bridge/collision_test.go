@@ -1,0 +1,104 @@
+package bridge_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/internal/testutil"
+)
+
+// lockedLog is a log a slog handler writes and a test reads.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestClientIDCollisionNamed: two bridges with one client id into a real
+// mosquitto end each other's connection at every reconnect; within 10 s,
+// with the default reconnect_min, each logs one ERROR line naming the
+// client id, and its last error (the status page, /status.json) says
+// another client probably uses it. Over MQTT 3.1.1 mosquitto just closes
+// the socket; over 5 it says 0x8E session taken over.
+func TestClientIDCollisionNamed(t *testing.T) {
+	for _, proto := range []string{bridge.Protocol311, bridge.Protocol5} {
+		t.Run("mqtt"+proto, func(t *testing.T) {
+			up := startMosquitto(t)
+			gw := startGateway(t)
+			var logs [2]*lockedLog
+			var bs [2]*running
+			for i := range bs {
+				cfg := testConfig(t, "b"+string(rune('1'+i)), up.url())
+				cfg.ClientID = "edge-shared"
+				cfg.Protocol = proto
+				cfg.ReconnectMin, cfg.ReconnectMax = bridge.DefaultReconnectMin, bridge.DefaultReconnectMax
+				cfg.KeepAlive = 30 * time.Second
+				logs[i] = &lockedLog{}
+				b, err := bridge.New(cfg, gw.srv, slog.New(slog.NewTextHandler(logs[i], nil)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				bs[i] = &running{Bridge: b}
+				bs[i].start(t)
+			}
+			start := time.Now()
+			for i, b := range bs {
+				testutil.Eventually(t, 10*time.Second-time.Since(start), "collision named", func() bool {
+					return strings.Contains(b.Stats().LastError, `another client is probably using client id "edge-shared"`)
+				})
+				lines := 0
+				for _, l := range strings.Split(logs[i].String(), "\n") {
+					if strings.Contains(l, "level=ERROR") && strings.Contains(l, "another client is probably using this bridge's client id") {
+						lines++
+						if !strings.Contains(l, "client_id=edge-shared") {
+							t.Errorf("bridge %d: the ERROR line does not name the client id: %s", i, l)
+						}
+					}
+				}
+				if lines != 1 {
+					t.Errorf("bridge %d: %d ERROR lines naming the collision, want 1:\n%s", i, lines, logs[i].String())
+				}
+			}
+			t.Logf("both named after %v", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestNoCollisionForOneBridge: a lone bridge whose upstream restarts twice
+// right after it connected is not said to share its client id: while the
+// upstream is down, an attempt fails before its CONNACK, which two
+// clients with one id never cause.
+func TestNoCollisionForOneBridge(t *testing.T) {
+	up := startMosquitto(t)
+	gw := startGateway(t)
+	b := runBridge(t, testConfig(t, "lone", up.url()), gw.srv)
+	restart := func() {
+		b.waitState(t, bridge.Connected)
+		failed := b.Stats().ConnectFailures
+		up.Kill()
+		testutil.Eventually(t, 10*time.Second, "a failed attempt", func() bool { return b.Stats().ConnectFailures > failed })
+		up.Start()
+	}
+	restart()
+	restart()
+	b.waitState(t, bridge.Connected)
+	if e := b.Stats().LastError; strings.Contains(e, "another client") {
+		t.Errorf("last error %q names a collision", e)
+	}
+}
