@@ -29,7 +29,11 @@
 //	ledger.go      where every accepted message went; spoolstats.go
 //	protocol.go    the MQTT version; MQTT 5 reason codes
 //	log.go         paho's log; connect failure lines
-//	addresses.go   the addresses for the status page
+//	addresses.go   the addresses for the status page; their order
+//	               (address_order: spread over a fleet, or strict)
+//	collision.go   another client using the bridge's client id, named
+//	upstream.go    what the upstream granted: the bridge flag, the QoS
+//	               it takes (upstream_max_qos, qos_not_granted)
 //
 // The two protocols, side by side (paho for MQTT 3.1.1, paho.golang for
 // MQTT 5):
@@ -226,10 +230,13 @@
 //
 // # Reconnect and failover
 //
-// One goroutine owns the uplink. Each round tries the addresses in order
-// (tcp://, tls:// = ssl://, ws://, wss://) and keeps the first that
-// connects; when it is lost, the next round starts again from the first
-// address (the preferred one). Between rounds it waits an exponential
+// One goroutine owns the uplink. Each round tries the addresses (tcp://,
+// tls:// = ssl://, ws://, wss://) in the bridge's order and keeps the
+// first that connects; when it is lost, the next round starts again from
+// the first of that order. The order is the configured one with
+// address_order strict, and with spread (the default) a stable ranking by
+// the client id (addresses.go), so a fleet from one config spreads over
+// the listed nodes. Between rounds it waits an exponential
 // backoff from reconnect_min to reconnect_max with jitter (a wait is
 // uniform in [d/2, d]), reset after every successful connection. The in
 // rules are subscribed again on every connection.
