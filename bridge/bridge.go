@@ -106,6 +106,7 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 	b.proto = c.proto
 	b.store = newUplinkStore(b.completedByPeer)
 	b.sess5 = newSession5(b.ended5)
+	b.initInbound()
 	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
 	if cfg.NoBridgeFlag {
 		b.protocol = 4

@@ -126,6 +126,9 @@ type uplinkStore struct {
 	reqNext  uint16               // where requestWire looks for a free id
 	picked   uint16               // the id pickWire gave, until announce registers it (requestid.go)
 	in       map[string]packets.ControlPacket
+	// releaseIn forgets an inbound QoS 2 id durably (PUBREL), or all (0:
+	// no session upstream); called outside mu (inbound.go).
+	releaseIn func(id uint16)
 	// noSession: the current connection's CONNACK said the broker has no
 	// session for the bridge (session present 0), so All resumes nothing;
 	// lostFlows is how many flows it dropped for that (takeLostFlows).
@@ -305,6 +308,11 @@ func (s *uplinkStore) Put(key string, p packets.ControlPacket) {
 	if !ok {
 		return
 	}
+	if _, rel := p.(*packets.PubrelPacket); inbound && rel && s.releaseIn != nil {
+		// paho sends the PUBCOMP once Put returns: the id must be
+		// forgotten on disk first (inbound.go).
+		s.releaseIn(pid)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if inbound {
@@ -451,6 +459,11 @@ func (s *uplinkStore) takeLostFlows() int {
 
 // connackSession records the CONNACK's session present flag (ackRewriter).
 func (s *uplinkStore) connackSession(present bool) {
+	if !present && s.releaseIn != nil {
+		// The broker resends no flow: no id it sent is a resend's any
+		// more. Before the connection's first PUBLISH is read.
+		s.releaseIn(0)
+	}
 	s.mu.Lock()
 	s.noSession = !present
 	s.mu.Unlock()

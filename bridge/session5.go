@@ -25,9 +25,11 @@ package bridge
 //     (0x97 quota exceeded, ...) leaves it in the spool and the session's
 //     acker schedules it again (uplink5.go).
 //
-// Inbound QoS 2 (in rules) is exactly once across reconnects: the ids of
-// flows the bridge has PUBREC'd and not yet seen PUBREL for are kept, and
-// a re-delivered PUBLISH with such an id is answered, not delivered again.
+// Inbound QoS 2 (in rules) is exactly once across reconnects and
+// restarts: the ids of flows the bridge has PUBREC'd and not yet seen
+// PUBREL for are kept (here while the process runs, and by the gateway on
+// disk with the message's routing: inbound.go), and a re-delivered
+// PUBLISH with such an id is answered, not delivered again.
 
 import (
 	"cmp"
@@ -99,6 +101,9 @@ type session5 struct {
 	refusedIn map[uint16]bool      // inbound publishes the gateway refused: not acked
 	lostFlows int                  // flows the last CONNACK dropped: no session (takeLostFlows)
 	errs      log.Logger
+	// releaseIn forgets an inbound QoS 2 id durably (PUBREL), or all (0:
+	// no session upstream); called outside mu (inbound.go).
+	releaseIn func(id uint16)
 }
 
 var _ pahosession.SessionManager = (*session5)(nil)
@@ -195,6 +200,9 @@ func (s *session5) refuseInbound(id uint16) {
 // in the spool and is sent again as a new message); with one, every flow
 // is re-sent under its packet id, oldest first.
 func (s *session5) ConAckReceived(conn io.Writer, _ *packets.Connect, ca *packets.Connack) error {
+	if !ca.SessionPresent && s.releaseIn != nil {
+		s.releaseIn(0) // no flow will be resent (inbound.go)
+	}
 	s.mu.Lock()
 	s.conn = conn
 	var reset []*flow5
@@ -310,6 +318,9 @@ func (s *session5) endLocked(f *flow5, rc byte, answer packets.ControlPacket) {
 // PacketReceived is part of pahosession.SessionManager: paho's reader hands
 // it every packet with a packet id.
 func (s *session5) PacketReceived(cp *packets.ControlPacket, pubs chan<- *packets.Publish) error {
+	if rel, ok := cp.Content.(*packets.Pubrel); ok && s.releaseIn != nil {
+		s.releaseIn(rel.PacketID) // durably, before the PUBCOMP below (inbound.go)
+	}
 	var ended *flow5
 	s.mu.Lock()
 	conn := s.conn

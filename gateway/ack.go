@@ -66,6 +66,8 @@ type keep struct {
 	mu   sync.Mutex
 	errs []error
 	slot *ackSlot // told the combined verdict by the last finish
+	// done, when set, is told it instead of a slot (exactlyonce.go).
+	done func(error)
 }
 
 func (k *keep) finish(name string, err error) {
@@ -78,6 +80,10 @@ func (k *keep) finish(name string, err error) {
 		k.mu.Lock()
 		err := errors.Join(k.errs...)
 		k.mu.Unlock()
+		if k.done != nil {
+			k.done(err)
+			return
+		}
 		k.slot.decide(err)
 	}
 }

@@ -27,6 +27,7 @@ func (s *Server) Restore(st *store.State) RestoreResult {
 	if st == nil {
 		return res
 	}
+	s.origins.restore(st.Origins)
 	for i := range st.Retained {
 		m := fromStore(&st.Retained[i])
 		s.retained.Set(m.Topic, m)

@@ -194,7 +194,12 @@ func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matche
 		}
 	}
 	// Flow control: registered after delivery, with no session lock held
-	// (opening the publisher's ack slot takes the publisher's locks).
+	// (opening the publisher's ack slot takes the publisher's locks). A
+	// bridge's inbound message waits for no subscriber, as with Publish
+	// (exactlyonce.go).
+	if _, bridged := d.(*syncKeep); bridged {
+		waitOn = waitOn[:0]
+	}
 	for _, sess := range waitOn {
 		if k := h.get(); k != nil {
 			sess.addWaiter(k)

@@ -138,6 +138,7 @@ type Server struct {
 	sinks    sinkSet
 	tarpit   tarpit       // slows password guessing per source address
 	state    *store.Store // nil: memory only (persist.go)
+	origins  originIDs    // bridges' inbound QoS 2 ids (exactlyonce.go)
 
 	shareMu sync.Mutex
 	shareRR map[string]uint32 // round-robin position per shared group+filter
@@ -203,6 +204,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			s.origins.stop() // before the sessions stop taking messages (exactlyonce.go)
 			s.reg.shutdown()
 			return nil
 		case <-t.C:

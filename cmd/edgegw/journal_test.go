@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -120,64 +117,22 @@ func TestJournalHandlerFormat(t *testing.T) {
 // with the priority of its level, no time=, connects and closes at INFO,
 // the signal, the drain and what was dropped (issue 15, points 8 and 9).
 func TestBinaryJournalLifecycle(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
 		t.Fatalf("mosquitto_pub not installed (make test installs mosquitto-clients): %v", err)
 	}
-	bin := buildEdgegw(t)
 	dir := t.TempDir()
-	addr := freePort(t)
-	host, port, _ := net.SplitHostPort(addr)
 	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
 	passwd, acl := filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
 	os.WriteFile(passwd, []byte("alice:"+string(hash)+"\n"), 0o600)
 	os.WriteFile(acl, []byte("user alice\ntopic readwrite #\n"), 0o600)
-	cfg := filepath.Join(dir, "edgegw.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-listeners: [{name: lan, address: "%s"}]
-metrics: {address: ""}
-auth: {allow_anonymous: true, password_file: "%s", acl_file: "%s"}
-`, addr, passwd, acl)), 0o600)
-
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	g := newHarness(t).NoMetrics()
+	g.Auth(true, passwd, acl)
+	g.Prepare = func(cmd *exec.Cmd, stderr *os.File) {
+		cmd.Env = append(os.Environ(), "JOURNAL_STREAM="+streamID(t, stderr))
 	}
-	cmd := exec.Command(bin, "--config", cfg)
-	cmd.Stderr = w
-	cmd.Env = append(os.Environ(), "JOURNAL_STREAM="+streamID(t, w))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	var mu sync.Mutex
-	var out strings.Builder
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			mu.Lock()
-			out.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-		}
-	}()
-	logs := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		<-read
-		if t.Failed() {
-			t.Logf("edgegw stderr:\n%s", logs())
-		}
-	})
-	testutil.Eventually(t, 10*time.Second, "started", func() bool { return strings.Contains(logs(), "edgegw started") })
+	g.Start()
 
+	host, port := hostPort(g.Addr)
 	pub := func(args ...string) error {
 		return exec.Command("mosquitto_pub", append([]string{"-h", host, "-p", port, "-t", "a/b", "-m", "x"}, args...)...).Run()
 	}
@@ -187,19 +142,16 @@ auth: {allow_anonymous: true, password_file: "%s", acl_file: "%s"}
 	if err := pub("-i", "bad", "-u", "alice", "-P", "wrong"); err == nil {
 		t.Fatal("a wrong password was accepted")
 	}
-	testutil.Eventually(t, 10*time.Second, "closes", func() bool { return strings.Count(logs(), `msg="client closed"`) >= 2 })
+	testutil.Eventually(t, 10*time.Second, "closes", func() bool { return strings.Count(g.Logs(), `msg="client closed"`) >= 2 })
 
 	os.WriteFile(acl, []byte("user alice\ntopic sometimes #\n"), 0o600)
-	cmd.Process.Signal(syscall.SIGHUP)
-	testutil.Eventually(t, 10*time.Second, "reload", func() bool { return strings.Contains(logs(), "reload incomplete") })
-
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v", err)
+	g.Reload()
+	if !strings.Contains(g.Logs(), "reload incomplete") {
+		t.Fatal("a reload with a bad ACL file did not say it was incomplete")
 	}
-	exited = true
-	<-read
-	text := logs()
+
+	g.Stop()
+	text := g.Logs()
 
 	prio := map[string]string{"DEBUG": "<7>", "INFO": "<6>", "WARN": "<4>", "ERROR": "<3>"}
 	lineRE := regexp.MustCompile(`^(<\d>)level=(\w+) `)

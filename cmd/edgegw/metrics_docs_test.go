@@ -1,10 +1,7 @@
 package main
 
 import (
-	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -84,38 +81,21 @@ func sysPattern(doc string, subtree bool) *regexp.Regexp {
 // series: persistence, a serial listener and a bridge to mosquitto whose
 // first address is dead (so it has a last error).
 func TestMetricsDocumented(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := buildEdgegw(t)
 	tty, _ := ptyWire(t)
-	local, cloud, maddr, dead := freePort(t), freePort(t), freePort(t), freePort(t)
-	startMosquitto(t, cloud, t.TempDir())
-	cfg := filepath.Join(t.TempDir(), "edgegw.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-listeners:
-  - {name: lan, type: tcp, address: "%s"}
-  - {name: uart, type: serial, device: "%s"}
-metrics: {address: "%s"}
-persistence: {dir: "%s"}
-bridges:
-  - name: cloud
-    addresses: ["tcp://%s", "tcp://%s"]
-    client_id: edge-docs
-    rate_limit: 100000000        # the budget series: far above what the test sends
-    budget: "1GiB per 30d"
-    topics:
-      - {pattern: "sensors/#", direction: out, qos: 1}
-`, local, tty, maddr, t.TempDir(), dead, cloud)), 0o600)
-	g := startEdgegw(t, bin, "--config", cfg)
-	testutil.Eventually(t, 15*time.Second, "bridge connected", func() bool { return strings.Contains(g.logs(), `msg="uplink connected"`) })
+	up := startCloud(t, false)
+	g := newHarness(t)
+	g.Listener(listenerConf{Name: "uart", Type: "serial", Device: tty})
+	g.Persist("", "")
+	// The first address is dead: a last error. The rate limit and budget
+	// add their series, far above what the test sends.
+	g.Bridge("cloud", freePort(t), up.Addr).With("rate_limit", 100000000).With("budget", "1GiB per 30d").Out("sensors/#", 1)
+	g.Start()
+	g.WaitLog(`msg="uplink connected"`)
 
-	resp, err := http.Get("http://" + maddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	code, _, body := g.Get("/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d %s", code, body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	served := make(map[string]bool)
 	drops := 0
 	for _, line := range strings.Split(string(body), "\n") {
@@ -132,7 +112,7 @@ bridges:
 	// reasons last.
 	var mu sync.Mutex
 	sys := make(map[string]bool)
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + local).SetClientID("sys-reader"))
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + g.Addr).SetClientID("sys-reader"))
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("connect: %v", tok.Error())
 	}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"go.uber.org/goleak"
-
 	"context"
 	"log/slog"
 	"net"
@@ -113,5 +111,3 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	testutil.Eventually(t, 5*time.Second, "STOPPING=1", func() bool { return ns.count("STOPPING=1") == 1 })
 }
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

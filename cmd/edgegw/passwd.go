@@ -8,6 +8,7 @@ import (
 	"os"
 	"syscall"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/edgegw/edgegw/gateway/auth"
@@ -31,16 +32,12 @@ func cmdPasswd(args []string, stdout, stderr io.Writer) int {
 	file, user := fs.Arg(0), fs.Arg(1)
 	var pw []byte
 	if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
-		fmt.Fprintf(stderr, "password for %s: ", user)
-		p1, err := term.ReadPassword(fd)
-		fmt.Fprintln(stderr)
+		p1, err := promptPassword(fd, stderr, fmt.Sprintf("password for %s: ", user))
 		if err != nil {
 			fmt.Fprintf(stderr, "edgegw passwd: %v\n", err)
 			return exitFailure
 		}
-		fmt.Fprint(stderr, "again: ")
-		p2, err := term.ReadPassword(fd)
-		fmt.Fprintln(stderr)
+		p2, err := promptPassword(fd, stderr, "again: ")
 		if err != nil {
 			fmt.Fprintf(stderr, "edgegw passwd: %v\n", err)
 			return exitFailure
@@ -88,4 +85,25 @@ func keepOwnership(file string, before os.FileInfo) error {
 		return fmt.Errorf("keep the mode of %s: %w", file, err)
 	}
 	return nil
+}
+
+// promptPassword turns the terminal's echo off before it shows prompt, so
+// that a password typed or pasted the moment the prompt shows is not
+// echoed (term.ReadPassword alone turns it off only once it reads), then
+// reads a line and gives the terminal back as it was.
+func promptPassword(fd int, stderr io.Writer, prompt string) ([]byte, error) {
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, fmt.Errorf("terminal: %w", err)
+	}
+	quiet := *old
+	quiet.Lflag &^= unix.ECHO
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &quiet); err != nil {
+		return nil, fmt.Errorf("terminal: %w", err)
+	}
+	defer unix.IoctlSetTermios(fd, unix.TCSETS, old)
+	fmt.Fprint(stderr, prompt)
+	p, err := term.ReadPassword(fd)
+	fmt.Fprintln(stderr)
+	return p, err
 }

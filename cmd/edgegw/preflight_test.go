@@ -264,9 +264,6 @@ bridges:
 // capability is a config problem (exit 2: restarting cannot help), with
 // the hint. Runs the binary as nobody, since the tests run as root.
 func TestPrivilegedPortIsConfigError(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs as root (make test does) to start the binary as nobody")
 	}
@@ -278,25 +275,25 @@ func TestPrivilegedPortIsConfigError(t *testing.T) {
 	if start <= 1 {
 		t.Skipf("net.ipv4.ip_unprivileged_port_start is %d: every port is unprivileged here", start)
 	}
-	bin := buildEdgegw(t)
-	dir := filepath.Dir(bin)
+	g := newHarness(t).NoMetrics()
+	g.Cfg.Listeners[0].Name = "low"
+	g.Cfg.Listeners[0].Address = fmt.Sprintf("127.0.0.1:%d", start-1)
+	dir := filepath.Dir(g.ConfigPath)
 	for _, d := range []string{dir, filepath.Dir(dir)} { // t.TempDir makes them 0700
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg := filepath.Join(dir, "edgegw.yaml")
-	body := fmt.Sprintf("listeners: [{name: low, address: \"127.0.0.1:%d\"}]\nmetrics: {address: \"\"}\n", start-1)
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
+	g.Prepare = func(cmd *exec.Cmd, _ *os.File) {
+		os.Chmod(g.ConfigPath, 0o644)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
-	cmd := exec.Command(bin, "--config", cfg)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != exitUsage {
-		t.Fatalf("exit %v, want 2:\n%s", err, out)
+	g.Launch()
+	if code := g.WaitExit(); code != exitUsage {
+		t.Fatalf("exit %d, want 2", code)
 	}
-	if !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), "CAP_NET_BIND_SERVICE") {
+	out := g.Logs()
+	if !strings.Contains(out, "permission denied") || !strings.Contains(out, "CAP_NET_BIND_SERVICE") {
 		t.Errorf("output:\n%s", out)
 	}
 }

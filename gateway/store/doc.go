@@ -1,6 +1,7 @@
 // Package store keeps the broker's durable state: retained messages and
 // persistent sessions (subscriptions with their options, queued and
 // in-flight QoS 1/2 messages, inbound QoS 2 packet ids awaiting PUBREL,
+// a bridge's inbound QoS 2 packet ids with the routing of their messages,
 // delayed wills and expiry deadlines) across restarts, kill -9 and power
 // loss. The gateway writes to it through small hooks (gateway/persist.go)
 // and restores from the State that Open returns. It imports only the
@@ -19,7 +20,11 @@
 //
 // state.log starts with an 8-byte header
 //
-//	"EGST" | version (1 byte, =1) | 3 reserved bytes
+//	"EGST" | version (1 byte, =2) | 3 reserved bytes
+//
+// Version 2 added record kinds 13 and 14 to version 1's. A version 1 file
+// is read as it is and rewritten under the version 2 header at Open (a
+// version 1 binary would take kinds 13 and 14 for damage).
 //
 // followed by records, all integers little endian:
 //
@@ -37,7 +42,12 @@
 // QoS, flags, packet id, subscription ids, message), 8 queued message
 // removed (acknowledged, dropped, expired), 9 QoS 2 message sent with a
 // packet id, 10 QoS 2 message released (PUBREC: its payload is dropped),
-// 11 inbound QoS 2 packet id, 12 inbound id released. A message is: topic,
+// 11 inbound QoS 2 packet id, 12 inbound id released, 13 group (origin,
+// packet id, count, then count records, each a uint32 length and a body
+// as above without CRC: an origin's inbound QoS 2 packet id written with
+// the records that routed its message, so both are read back or neither;
+// packet id 0 = records only; see group.go), 14 origin id released
+// (origin, packet id; 0 = all of the origin's). A message is: topic,
 // flags (QoS, retain), expiry (unix ns), origin, v5 properties (opaque),
 // payload. Strings have a uint16 length, byte strings a uint32 one.
 //

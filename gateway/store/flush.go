@@ -66,14 +66,21 @@ func (s *Store) hasWaiters() bool {
 // records) or, when final, when the log holds dead records. Flusher only.
 func (s *Store) flush(final bool) {
 	s.mu.Lock()
+	if s.dirty && s.grp != nil {
+		// Only a snapshot may follow a failed write, and the model holds
+		// the open group's records, which are not to be written before
+		// the group is whole: its Commit wakes the flusher again.
+		s.mu.Unlock()
+		return
+	}
 	buf := s.pending
 	s.pending, s.spare = s.spare[:0], nil
-	upTo := s.pos
+	upTo := s.pendingPos
 	limit := max(s.opts.CompactMin, int64(s.opts.CompactRatio)*s.md.live)
 	size := s.fileSize + int64(len(buf))
 	var snap []byte
 	behind := s.dirty // the file lacks records an earlier failed write dropped
-	if s.failed == nil && (s.dirty || size > limit || (final && size > s.md.live+headerSize)) {
+	if s.failed == nil && s.grp == nil && (s.dirty || size > limit || (final && size > s.md.live+headerSize)) {
 		snap = s.md.snapshot() // covers buf: the model has every appended record
 	}
 	s.mu.Unlock()
@@ -100,12 +107,20 @@ func (s *Store) flush(final bool) {
 			// snapshot of the live state may fit where the records did
 			// not (compact can use the reserve). It covers every record
 			// appended so far, so it takes them off pending and this
-			// flush answers their waiters too.
+			// flush answers their waiters too. Not while a group is open:
+			// the model holds its records (the flush after its Commit
+			// writes the snapshot).
 			s.mu.Lock()
-			s.pending = s.pending[:0]
-			upTo = s.pos
-			snap = s.md.snapshot()
+			if s.grp == nil {
+				s.pending = s.pending[:0]
+				upTo = s.pendingPos
+				snap = s.md.snapshot()
+			}
 			s.mu.Unlock()
+			// Without a snapshot err stands: the waiters up to upTo get it.
+			if snap == nil {
+				break
+			}
 			if cerr := s.compact(snap); cerr != nil {
 				s.log.Error("state compaction after a full disk failed; the file still lacks the refused records", "err", cerr)
 			} else {

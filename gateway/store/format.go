@@ -9,7 +9,11 @@ import (
 
 // On-disk format; see the package documentation.
 const (
-	formatVersion = 1
+	// formatVersion is the version this edgegw writes; it reads every
+	// version from oldestVersion on (version 2 added opGroup and
+	// opOriginDel to version 1's records, nothing else changed).
+	formatVersion = 2
+	oldestVersion = 1
 	fileMagic     = "EGST"
 	headerSize    = 8
 
@@ -34,6 +38,11 @@ const (
 	opQReleased  = 10
 	opInQoS2     = 11
 	opInQoS2Del  = 12
+	// Version 2.
+	opGroup     = 13 // an origin's inbound QoS 2 packet id with the records that routed its message
+	opOriginDel = 14 // an origin's inbound QoS 2 packet id released (PUBREL), or all of them (id 0)
+
+	opLast = opOriginDel
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -54,6 +63,8 @@ type rec struct {
 	retain   bool
 	released bool
 	subIDs   []uint32
+	origin   string // opGroup, opOriginDel
+	group    []rec  // opGroup: the records kept with the id, in the order they were appended
 }
 
 func fileHeader() []byte {
@@ -77,6 +88,11 @@ func appendRec(dst []byte, r *rec) []byte {
 func appendBody(b []byte, r *rec) []byte {
 	b = append(b, r.op)
 	switch r.op {
+	case opGroup:
+		return appendGroupBody(b, r)
+	case opOriginDel:
+		b = appendStr(b, r.origin)
+		return binary.LittleEndian.AppendUint16(b, r.pid)
 	case opRetainSet:
 		return appendMsg(b, &r.msg)
 	case opRetainDel:
@@ -144,6 +160,23 @@ func appendBody(b []byte, r *rec) []byte {
 		return binary.LittleEndian.AppendUint16(b, r.pid)
 	}
 	return b // opSessionDel: the client id is all
+}
+
+// appendGroupBody: origin | packet id (0: none kept) | count uint32 |
+// count x (length uint32 | record body). The nested bodies have no CRC of
+// their own: the group's covers them, which is the point: the id and the
+// routing of its message are read back together or not at all.
+func appendGroupBody(b []byte, r *rec) []byte {
+	b = appendStr(b, r.origin)
+	b = binary.LittleEndian.AppendUint16(b, r.pid)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(r.group)))
+	for i := range r.group {
+		at := len(b)
+		b = append(b, 0, 0, 0, 0)
+		b = appendBody(b, &r.group[i])
+		binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	}
+	return b
 }
 
 func appendStr(b []byte, s string) []byte {
@@ -253,10 +286,57 @@ func (d *dec) msg() Msg {
 }
 
 // decodeBody parses a record body whose CRC matched.
-func decodeBody(body []byte) (rec, error) {
+func decodeBody(body []byte) (rec, error) { return decodeBodyIn(body, false) }
+
+// decodeGroup reads an opGroup body after its kind byte.
+func decodeGroup(d *dec) rec {
+	r := rec{op: opGroup, origin: d.str(), pid: d.u16()}
+	n := int(d.u32())
+	if n > len(d.b)/5 { // every nested record takes at least 5 bytes
+		d.bad = true
+		return r
+	}
+	if n > 0 {
+		r.group = make([]rec, 0, n)
+	}
+	for range n {
+		body := d.take(int(d.u32()))
+		if d.bad {
+			return r
+		}
+		nr, err := decodeBodyIn(body, true)
+		if err != nil {
+			d.bad = true
+			return r
+		}
+		r.group = append(r.group, nr)
+	}
+	if r.origin == "" || (r.pid == 0 && n == 0) {
+		d.bad = true // a group keeps an id, or records, or both
+	}
+	return r
+}
+
+// decodeBodyIn parses a record body; nested: it is inside a group, which
+// holds no group.
+func decodeBodyIn(body []byte, nested bool) (rec, error) {
 	d := dec{b: body}
 	r := rec{op: d.u8()}
 	switch r.op {
+	case opGroup:
+		if nested {
+			return rec{}, errBadBody
+		}
+		r = decodeGroup(&d)
+	case opOriginDel:
+		if nested {
+			return rec{}, errBadBody
+		}
+		r.origin = d.str()
+		r.pid = d.u16()
+		if r.origin == "" {
+			d.bad = true
+		}
 	case opRetainSet:
 		r.msg = d.msg()
 		r.topic = r.msg.Topic
@@ -389,7 +469,7 @@ func frameAt(b []byte, off int) ([]byte, bool) {
 // starts, or -1.
 func resync(b []byte, from int) int {
 	for off := from; off+recHeaderSize < len(b); off++ {
-		if b[off+recHeaderSize] == 0 || b[off+recHeaderSize] > opInQoS2Del {
+		if b[off+recHeaderSize] == 0 || b[off+recHeaderSize] > opLast {
 			continue // not a record kind: cheap reject before the CRC
 		}
 		if _, ok := frameAt(b, off); ok {

@@ -19,6 +19,12 @@ func FuzzScan(f *testing.F) {
 		{op: opQSent, client: "c", seq: 9, pid: 4},
 		{op: opInQoS2, client: "c", pid: 7},
 		{op: opSessionDel, client: "c"},
+		{op: opGroup, origin: "$bridge/b", pid: 5, group: []rec{
+			{op: opQAdd, client: "c", seq: 10, qos: 2, msg: Msg{Topic: "cmd", Payload: []byte("y")}},
+			{op: opRetainSet, msg: Msg{Topic: "cmd", Payload: []byte("y"), Retain: true}, topic: "cmd"},
+		}},
+		{op: opGroup, origin: "$bridge/b", pid: 6},
+		{op: opOriginDel, origin: "$bridge/b", pid: 5},
 	} {
 		valid = appendRec(valid, &r)
 	}
@@ -47,7 +53,7 @@ func FuzzScan(f *testing.F) {
 		// Garbage in front of valid records costs nothing after it.
 		n := 0
 		scan(append(append([]byte(nil), b...), valid...), func(rec) { n++ })
-		if n < 7 {
+		if n < 10 {
 			t.Fatalf("only %d records found after %d bytes of input", n, len(b))
 		}
 	})

@@ -68,6 +68,9 @@ type Session struct {
 type State struct {
 	Retained []Msg
 	Sessions []Session
+	// Origins holds, by origin (a bridge), the inbound QoS 2 packet ids
+	// whose message was routed and whose PUBREL has not come (Begin).
+	Origins map[string][]uint16
 }
 
 // model is the live state: what a snapshot holds. Every item remembers the
@@ -78,6 +81,7 @@ type model struct {
 	sessions map[string]*msess
 	live     int64
 	maxSeq   uint64
+	origins  map[string]map[uint16]struct{} // Begin's packet ids by origin
 }
 
 type sizedMsg struct {
@@ -127,6 +131,46 @@ func entrySize(client string, e *Entry) int {
 
 func inq2Size(client string) int { return frameSize(sessHead(client) + 2) }
 
+// originIDSize is the snapshot record of one origin's id: a group with no
+// records.
+func originIDSize(origin string) int { return frameSize(1 + 2 + len(origin) + 2 + 4) }
+
+// applyOrigin adds origin's packet id pid (0: none).
+func (md *model) applyOrigin(origin string, pid uint16) {
+	if pid == 0 {
+		return
+	}
+	if md.origins == nil {
+		md.origins = make(map[string]map[uint16]struct{})
+	}
+	ids := md.origins[origin]
+	if ids == nil {
+		ids = make(map[uint16]struct{})
+		md.origins[origin] = ids
+	}
+	if _, ok := ids[pid]; !ok {
+		ids[pid] = struct{}{}
+		md.live += int64(originIDSize(origin))
+	}
+}
+
+// dropOrigin removes origin's packet id pid, or all of origin's (0).
+func (md *model) dropOrigin(origin string, pid uint16) {
+	ids := md.origins[origin]
+	if pid == 0 {
+		md.live -= int64(len(ids) * originIDSize(origin))
+		delete(md.origins, origin)
+		return
+	}
+	if _, ok := ids[pid]; ok {
+		delete(ids, pid)
+		md.live -= int64(originIDSize(origin))
+		if len(ids) == 0 {
+			delete(md.origins, origin)
+		}
+	}
+}
+
 func (md *model) sess(client string) *msess {
 	s := md.sessions[client]
 	if s == nil {
@@ -148,6 +192,15 @@ func (md *model) apply(r *rec) {
 		return
 	case opRetainDel:
 		md.dropRetained(r.topic)
+		return
+	case opGroup: // read back: the records, then the id they routed
+		for i := range r.group {
+			md.apply(&r.group[i])
+		}
+		md.applyOrigin(r.origin, r.pid)
+		return
+	case opOriginDel:
+		md.dropOrigin(r.origin, r.pid)
 		return
 	case opSessionDel:
 		s := md.sessions[r.client]
@@ -254,6 +307,11 @@ func (md *model) snapshot() []byte {
 			b = appendRec(b, &rec{op: opInQoS2, client: id, pid: pid})
 		}
 	}
+	for origin, ids := range md.origins {
+		for pid := range ids {
+			b = appendRec(b, &rec{op: opGroup, origin: origin, pid: pid})
+		}
+	}
 	return b
 }
 
@@ -286,6 +344,17 @@ func (md *model) state() *State {
 		st.Sessions = append(st.Sessions, ss)
 	}
 	slices.SortFunc(st.Sessions, func(a, b Session) int { return cmpStr(a.ID, b.ID) })
+	for origin, ids := range md.origins {
+		if st.Origins == nil {
+			st.Origins = make(map[string][]uint16)
+		}
+		l := make([]uint16, 0, len(ids))
+		for pid := range ids {
+			l = append(l, pid)
+		}
+		slices.Sort(l)
+		st.Origins[origin] = l
+	}
 	return st
 }
 

@@ -105,6 +105,12 @@ type Store struct {
 	fileSize int64 // flusher only, read under mu for Stats
 	file     *os.File
 
+	// pendingPos (under mu) is the position of the last record in
+	// pending: pos, or the one before the open group's (group.go).
+	pendingPos uint64
+	grp        *Group     // under mu: the open group, which every append joins
+	groupMu    sync.Mutex // held from Begin to Commit: one group at a time
+
 	reserveOK   bool      // state.reserve is there; flusher only (or Open)
 	reserveNext time.Time // when a flush may try again to recreate it
 
@@ -247,6 +253,13 @@ func (s *Store) loadRecords(path string, b []byte) (compact bool) {
 		s.log.Warn("state file ends in a torn record (power cut?); dropped it",
 			"bytes", res.tail, "records", res.records)
 		return true
+	case b[4] < formatVersion:
+		// An older version's records are this version's too; the
+		// snapshot rewrites the file under this version's header before
+		// a record only it knows is appended.
+		s.log.Info("state file of an older format version; rewritten in this one",
+			"version", b[4], "now", formatVersion, "records", res.records)
+		return true
 	}
 	return false
 }
@@ -261,7 +274,7 @@ func headerProblem(b []byte) string {
 		return "not a state file"
 	case b[4] > formatVersion:
 		return fmt.Sprintf("newer format version %d (this edgegw reads %d)", b[4], formatVersion)
-	case b[4] != formatVersion:
+	case b[4] < oldestVersion:
 		return fmt.Sprintf("damaged header: format version %d", b[4])
 	}
 	return ""
@@ -373,6 +386,12 @@ func (s *Store) append(r *rec) uint64 {
 		s.mu.Unlock()
 		return 0
 	}
+	if g := s.grp; g != nil {
+		g.recs = append(g.recs, *r)
+		s.md.apply(r)
+		s.mu.Unlock()
+		return g.pos
+	}
 	first := len(s.pending) == 0
 	n := len(s.pending)
 	s.pending = appendRec(s.pending, r)
@@ -380,6 +399,7 @@ func (s *Store) append(r *rec) uint64 {
 	s.records.Add(1)
 	s.md.apply(r)
 	s.pos++
+	s.pendingPos = s.pos
 	p := s.pos
 	s.mu.Unlock()
 	if first {

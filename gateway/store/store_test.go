@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,38 @@ func TestSessionOwnerRecord(t *testing.T) {
 		if err != nil || got.meta.OwnerKnown || got.meta.Owner != "" || got.meta.Expiry != time.Hour {
 			t.Fatalf("old record of %+v: %+v %v", m, got.meta, err)
 		}
+	}
+}
+
+// A state file of format version 1 (before inbound ids of bridges were
+// kept) reads as it was, and is rewritten under this version's header at
+// Open, before a record only this version knows can be appended to it.
+func TestOpenVersion1File(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, SyncBatch)
+	s.Wait(fill(t, s, 10))
+	want := s.md.state()
+	s.Close()
+	b, _ := os.ReadFile(filepath.Join(dir, logName))
+	var kinds []byte
+	scan(b[headerSize:], func(r rec) { kinds = append(kinds, r.op) })
+	if bytes.ContainsAny(kinds, string([]byte{opGroup, opOriginDel})) {
+		t.Fatal("the version 1 file to test holds records of version 2")
+	}
+	b[4] = 1 // what version 1 wrote: the same records under its header
+	os.WriteFile(filepath.Join(dir, logName), b, 0o600)
+	s, got, lb := openLogged(t, dir)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 1 file read as\n%+v\nwant\n%+v", got, want)
+	}
+	if strings.Contains(lb.String(), "level=WARN") || strings.Contains(lb.String(), "level=ERROR") {
+		t.Fatalf("a version 1 file taken for damage:\n%s", lb)
+	}
+	if st := s.Stats(); st.SkippedRecords != 0 || st.Quarantined != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, logName))
+	if b[4] != formatVersion {
+		t.Fatalf("header still names version %d", b[4])
 	}
 }

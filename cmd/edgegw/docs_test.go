@@ -13,14 +13,66 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgegw/edgegw/internal/testutil"
+	"github.com/edgegw/edgegw/internal/config"
 )
+
+// Tests of examples in docs/ and configs/ taken as a new user takes them:
+// pasted as they are, not rewritten for the test.
+
+// TestDocReferenceConfigExamplesUncommented follows configs/edgegw.yaml's
+// own instruction for its example blocks to the letter: "remove one
+// leading "#" from each line (and the "bridges: []" line above)". The
+// result must be a valid config. (The serial block's explanatory lines
+// once started with a single "#", which left " A device that ..." behind:
+// invalid YAML.)
+func TestDocReferenceConfigExamplesUncommented(t *testing.T) {
+	t.Setenv(config.EnvConfig, "")
+	text, err := os.ReadFile(referenceConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	in, blocks := false, 0
+	for _, line := range strings.Split(string(text), "\n") {
+		switch {
+		case strings.HasPrefix(line, "# ---8<---"):
+			if !strings.Contains(line, `remove one leading "#" from each line`) {
+				t.Fatalf("example block no longer says how to enable it: %q", line)
+			}
+			in = true
+			blocks++
+			continue
+		case strings.HasPrefix(line, "# --->8---"):
+			in = false
+			continue
+		case line == "bridges: []":
+			continue
+		case in:
+			if !strings.HasPrefix(line, "#") {
+				t.Fatalf("line in an example block without a leading #: %q", line)
+			}
+			line = line[1:]
+		}
+		out = append(out, line)
+	}
+	if blocks != 2 {
+		t.Fatalf("found %d example blocks, want 2 (serial listener, bridge)", blocks)
+	}
+	code, stdout, stderr := call(t, "check-config", "--config", writeConfig(t, strings.Join(out, "\n")))
+	if code != 0 {
+		t.Fatalf("check-config of the uncommented reference config: exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"type: serial", "device: /dev/ttyUSB0", "name: cloud", "remote_prefix: site-a/"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("effective config lacks %q:\n%s", want, stdout)
+		}
+	}
+}
 
 // TestBinaryReadmeFirstRun does what README.md tells a new user to do, to
 // the letter: run edgegw with no config at all, then `mosquitto_sub -t '#'
@@ -35,9 +87,6 @@ import (
 // binary runs in a network namespace of its own (unshare --net, as root,
 // which the suite is), and the clients join it with nsenter.
 func TestBinaryReadmeFirstRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs as root (make test does): it runs the binary in a network namespace of its own")
 	}
@@ -46,18 +95,18 @@ func TestBinaryReadmeFirstRun(t *testing.T) {
 			t.Fatalf("%s not installed (make test-deps installs util-linux, iproute2, mosquitto-clients): %v", tool, err)
 		}
 	}
-	bin := buildEdgegw(t)
 	cwd := t.TempDir()
 	// A fresh namespace has only lo, and it is down. The shell execs the
 	// binary (same pid as unshare: unshare without --fork execs too) with
 	// an empty environment, so no EDGEGW_* of the caller's changes a
-	// default, in an empty working directory.
-	g := startEdgegw(t, "unshare", "--net", "--", "sh", "-c",
-		`ip link set lo up && cd "$1" && exec env -i "$0"`, bin, cwd)
-	pid := g.cmd.Process.Pid
-	testutil.Eventually(t, 10*time.Second, "metrics listening logged", func() bool {
-		return strings.Contains(g.logs(), `msg="metrics listening" address=127.0.0.1:18830`)
-	})
+	// default, in an empty working directory, and with no config.
+	g := newHarness(t)
+	g.Command = func(bin, _ string) *exec.Cmd {
+		return exec.Command("unshare", "--net", "--", "sh", "-c", `ip link set lo up && cd "$1" && exec env -i "$0"`, bin, cwd)
+	}
+	g.Start()
+	pid := g.Pid()
+	g.WaitLog(`msg="metrics listening" address=127.0.0.1:18830`)
 
 	// Exactly two listening sockets in the namespace, both edgegw's.
 	want := []string{"tcp 127.0.0.1:1883", "tcp 127.0.0.1:18830"}
@@ -103,16 +152,7 @@ func TestBinaryReadmeFirstRun(t *testing.T) {
 
 	// Without persistence.dir everything is in memory: a clean stop, and
 	// not a byte written where it ran.
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-g.done:
-		g.done <- err
-		if err != nil {
-			t.Fatalf("edgegw exited with %v after SIGTERM", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("edgegw did not stop on SIGTERM")
-	}
+	g.Stop()
 	if ents, err := os.ReadDir(cwd); err != nil || len(ents) != 0 {
 		t.Errorf("edgegw with no config wrote into its working directory: %v %v", ents, err)
 	}
