@@ -183,8 +183,10 @@ func (l *Link) resume() error {
 		if err := e.store.ResetFlows(); err != nil {
 			return fmt.Errorf("reset stored flows: %w", err)
 		}
-		if err := e.store.ResetInbound(); err != nil {
-			return fmt.Errorf("reset stored inbound ids: %w", err)
+		if rel := e.cfg.Release; rel != nil {
+			if err := rel(0); err != nil {
+				return fmt.Errorf("forget inbound ids: %w", err)
+			}
 		}
 		return nil
 	}
