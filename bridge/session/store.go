@@ -30,7 +30,6 @@ type Store interface {
 	Ack(rec uint64) error
 	// Drop removes record rec: the peer refused it for good (reason rc).
 	Drop(rec uint64, rc byte) error
-
 }
 
 // StoredFlow is an outbound QoS 2 flow a Store kept.
