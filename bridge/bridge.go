@@ -57,6 +57,10 @@ type Bridge struct {
 	upRefusedLog refusalLog5
 	uplinkProto  atomic.Value // string: the protocol of the current or last connection
 
+	// The session engine (Config.Engine "session", uplinkengine.go).
+	eng        engineState // owner goroutine only
+	engResumed atomic.Uint64
+
 	stateMu   sync.Mutex // serialises state changes and their publication
 	state     State
 	published bool
@@ -256,6 +260,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		b.budget.keep(bctx, func(err error) { b.log.Warn("budget state not saved", "err", err) })
 	}()
 	b.loop(ctx)
+	b.closeEngine()
 	stopBudget()
 	<-budgetDone
 

@@ -110,6 +110,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		{"rate_limit", cfg.RateLimit != b.cfg.RateLimit},
 		{"budget", cfg.BudgetBytes != b.cfg.BudgetBytes || cfg.BudgetPeriod != b.cfg.BudgetPeriod},
 		{"protocol", cfg.Protocol != b.cfg.Protocol},
+		{"engine", cfg.Engine != b.cfg.Engine},
 		{"max_packet_size", cfg.MaxPacketSize != b.cfg.MaxPacketSize},
 	}
 	for _, k := range restart {

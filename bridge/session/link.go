@@ -379,6 +379,12 @@ func (l *Link) request(ctx context.Context, mk func(id uint16) packet.Packet) (p
 	defer t.Stop()
 	select {
 	case <-r.done:
+		if r.answer == nil { // the link ended (endRequests)
+			if err := l.c.Err(); err != nil {
+				return nil, err
+			}
+			return nil, ErrStopped
+		}
 		return r.answer, nil
 	case <-t.C:
 		return nil, fmt.Errorf("no answer within %s", e.cfg.AckTimeout)
