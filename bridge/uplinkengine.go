@@ -198,11 +198,22 @@ func (b *Bridge) releaseEngine(id uint16) error {
 }
 
 // meteredConn is the engine's transport: reads are time-stamped for
-// Stats and the stuck check, writes debit the byte budget.
+// Stats and the stuck check, writes debit the byte budget. The wire
+// queues a publish and writes it later, in a batch: the picker, which
+// waits for the rate limit's bucket before each record, would hand out a
+// whole batch on credit. So a publish is debited as it is queued
+// (queued), and a write debits only what was not debited before.
 type meteredConn struct {
 	net.Conn
 	lastRead *atomic.Int64
 	budget   *budget
+	early    atomic.Int64 // bytes debited when queued, not yet written
+}
+
+// queued debits a publish of n bytes queued for the wire.
+func (c *meteredConn) queued(n int) {
+	c.budget.wrote(n)
+	c.early.Add(int64(n))
 }
 
 func (c *meteredConn) Read(p []byte) (int, error) {
@@ -215,7 +226,16 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 
 func (c *meteredConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	c.budget.wrote(n)
+	debit := int64(n)
+	for {
+		e := c.early.Load()
+		take := min(e, debit)
+		if c.early.CompareAndSwap(e, e-take) {
+			debit -= take
+			break
+		}
+	}
+	c.budget.wrote(int(debit))
 	return n, err
 }
 
@@ -224,6 +244,7 @@ type uplinkEngine struct {
 	*uplink
 	e       *session.Engine
 	link    *session.Link
+	mc      *meteredConn
 	v5      bool
 	watched chan struct{} // closed when watch has ended
 	bo      backoff       // after a temporary refusal (MQTT 5); the acker's only
@@ -287,7 +308,7 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 		}
 		return nil, fmt.Errorf("connect %s: %w", u.Redacted(), connackErr(err, v5))
 	}
-	s.link = l
+	s.link, s.mc = l, mc
 	s.watched = make(chan struct{})
 	go s.watch()
 	if n := l.LostFlows(); n > 0 && !b.cfg.CleanSession {
@@ -341,6 +362,8 @@ func (s *uplinkEngine) watch() {
 	case errors.Is(err, wire.ErrWriteTimeout):
 		s.b.writeTimeouts.Add(1)
 		s.teardown(fmt.Errorf("write timeout: %w", err))
+	case errors.Is(err, session.ErrNoAnswer):
+		s.teardown(err)
 	}
 	select {
 	case s.lost <- err:
@@ -408,24 +431,10 @@ func (b *Bridge) subscribeEngine(ctx context.Context, s *uplinkEngine) error {
 			stale = append(stale, f)
 		}
 	}
-	rl.live, rl.have = nil, subs
+	rl.live, rl.liveEng, rl.have = nil, s, subs
 	rl.subMu.Unlock()
 	if len(subs) > 0 {
-		list := make([]packet.Subscription, 0, len(subs))
-		for f, q := range subs {
-			list = append(list, packet.Subscription{Filter: f, QoS: q, NoLocal: s.v5, RetainAsPublished: s.v5})
-		}
-		slices.SortFunc(list, func(a, b packet.Subscription) int { return cmpString(a.Filter, b.Filter) })
-		codes, err := s.link.Subscribe(ctx, list)
-		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", s.addr.Redacted(), s.noAnswer(ctx, err))
-		}
-		for i, rc := range codes {
-			if rc >= 0x80 && i < len(list) {
-				err = errors.Join(err, fmt.Errorf("%q refused (0x%02x)", list[i].Filter, byte(rc)))
-			}
-		}
-		if err != nil {
+		if err := s.subscribe(ctx, subs); err != nil {
 			return fmt.Errorf("subscribe %s: %w", s.addr.Redacted(), err)
 		}
 	}
@@ -443,11 +452,56 @@ func (b *Bridge) subscribeEngine(ctx context.Context, s *uplinkEngine) error {
 	return nil
 }
 
-// noAnswer is err, a failed request, as errNoAnswer when the link is up:
-// the bridge gave up waiting (stuck.go: not the peer's doing).
-func (s *uplinkEngine) noAnswer(ctx context.Context, err error) error {
-	if ctx.Err() == nil && s.link.Err() == nil {
-		return fmt.Errorf("%w within %s", errNoAnswer, s.b.cfg.AckTimeout)
+// subscribe subscribes filters (MQTT 5: with No Local, the bridge flag of
+// 3.1.1, and Retain As Published, so a retained command stays retained
+// locally) and returns the filters the SUBACK refused as an error.
+func (s *uplinkEngine) subscribe(ctx context.Context, filters map[string]byte) error {
+	list := make([]packet.Subscription, 0, len(filters))
+	for f, q := range filters {
+		list = append(list, packet.Subscription{Filter: f, QoS: q, NoLocal: s.v5, RetainAsPublished: s.v5})
+	}
+	slices.SortFunc(list, func(a, b packet.Subscription) int { return cmpString(a.Filter, b.Filter) })
+	codes, err := s.link.Subscribe(ctx, list)
+	if err != nil {
+		return s.noAnswer(ctx, err)
+	}
+	for i, rc := range codes {
+		if rc >= 0x80 && i < len(list) {
+			err = errors.Join(err, fmt.Errorf("%q refused (0x%02x)", list[i].Filter, byte(rc)))
+		}
+	}
+	return err
+}
+
+// syncSubsEngine is syncSubs on the engine's live connection s: add and
+// del applied there, within reloadSubWait. Caller holds subMu.
+func (b *Bridge) syncSubsEngine(s *uplinkEngine, add map[string]byte, del []string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), reloadSubWait)
+	defer cancel()
+	var err error
+	if len(add) > 0 {
+		err = s.subscribe(ctx, add)
+	}
+	if len(del) > 0 && err == nil {
+		err = s.link.Unsubscribe(ctx, del)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Sprintf("sent %d SUBSCRIBE, %d UNSUBSCRIBE; no answer within %s yet", len(add), len(del), reloadSubWait)
+	case err != nil:
+		// The connection is broken or the upstream refused a filter:
+		// the next connection subscribes the rules in force.
+		b.markStale(del)
+		return fmt.Sprintf("failed (%v); retried at the next connection", err)
+	}
+	return fmt.Sprintf("subscribed %d, unsubscribed %d on the live connection", len(add), len(del))
+}
+
+// noAnswer is err, a failed request, as errNoAnswer when the engine gave
+// up waiting for the answer (stuck.go: not the peer's doing).
+func (s *uplinkEngine) noAnswer(_ context.Context, err error) error {
+	if errors.Is(err, session.ErrNoAnswer) {
+		return fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
 	return err
 }
@@ -508,6 +562,9 @@ func (s *uplinkEngine) claim(context.Context, *inflight, spool.Message, int) boo
 // whatever happens to this connection.
 func (s *uplinkEngine) publish(ctx context.Context, f *inflight, m spool.Message) (bool, error) {
 	fl, err := s.link.Publish(ctx, uint64(f.id), enginePublish(m))
+	if err == nil {
+		s.mc.queued(f.wire)
+	}
 	if m.QoS == 0 {
 		return err == nil, err
 	}
