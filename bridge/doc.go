@@ -41,11 +41,16 @@
 //	wireid.go                         packet ids on the wire (paho's are
 //	                                  rewritten; paho.golang sends ours)
 //
-// # The session engine (experimental, not wired in yet)
+// # The session engine (experimental: Config.Engine "session")
 //
-// Beside today's uplink, which steers paho and paho.golang from outside,
-// the uplink's own session engine is being built in two packages that
-// depend one way (session -> wire -> gateway/packet, paho's packets):
+// Beside the paho uplink, which steers paho and paho.golang from outside
+// (the default, Config.Engine "paho"), the uplink's own session engine
+// runs behind the same protocol seam (send.go): uplinkengine.go is its
+// third implementation, the spool's session log its Store, the gateway
+// (PublishExactlyOnce, Release) the keeper of its inbound QoS 2 ids. The
+// send policy (picker, window, budget, refusals, stuck) is the same
+// code for both. It lives in two packages that depend one way
+// (session -> wire -> gateway/packet, paho's packets):
 //
 //	wire/      the wire: a packet-level connection over a net.Conn, one
 //	           writer goroutine, a control lane (PINGREQ, acks) written
