@@ -113,11 +113,11 @@ type Config struct {
 	// not used) and its refusals are seen (uplink5.go).
 	Protocol string
 
-	// Engine is the code that runs the uplink's MQTT session: EnginePaho
-	// (the default: paho over 3.1.1 and paho.golang over 5, uplink311.go
-	// and uplink5.go) or EngineSession (experimental: the bridge's own
-	// session engine, bridge/session, on the spool's session log;
-	// uplinkengine.go).
+	// Engine is the code that runs the uplink's MQTT session:
+	// EngineSession (the default: the bridge's own session engine,
+	// bridge/session, on the spool's session log; uplinkengine.go) or
+	// EnginePaho (paho over 3.1.1 and paho.golang over 5, uplink311.go
+	// and uplink5.go; kept until it is deleted).
 	Engine string
 
 	// MaxPacketSize is the largest MQTT packet the cloud broker takes, in
@@ -192,7 +192,7 @@ func (c *Config) setDefaults() {
 		c.Drain = DrainFIFO
 	}
 	if c.Engine == "" {
-		c.Engine = EnginePaho
+		c.Engine = EngineSession
 	}
 	if c.BacklogShare == 0 {
 		c.BacklogShare = DefaultBacklogShare

@@ -41,10 +41,10 @@
 //	wireid.go                         packet ids on the wire (paho's are
 //	                                  rewritten; paho.golang sends ours)
 //
-// # The session engine (experimental: Config.Engine "session")
+// # The session engine (Config.Engine "session", the default)
 //
 // Beside the paho uplink, which steers paho and paho.golang from outside
-// (the default, Config.Engine "paho"), the uplink's own session engine
+// (Config.Engine "paho", to be deleted), the uplink's own session engine
 // runs behind the same protocol seam (send.go): uplinkengine.go is its
 // third implementation, the spool's session log its Store, the gateway
 // (PublishExactlyOnce, Release) the keeper of its inbound QoS 2 ids. The

@@ -251,16 +251,6 @@ func countDistinct(msgs []rx, topic string) int {
 }
 
 // testEngine is the bridge's session engine for the tests:
-// EDGEGW_TEST_BRIDGE_ENGINE ("paho" or "session"; empty: the default),
+// EDGEGW_TEST_BRIDGE_ENGINE ("session" or "paho"; empty: the default),
 // so that the suite runs against either.
 func testEngine() string { return os.Getenv("EDGEGW_TEST_BRIDGE_ENGINE") }
-
-// skipOnEngine skips a test that checks how the named engine's libraries
-// are steered, not what the bridge promises, when the bridge runs on
-// another engine (why says what it checks).
-func skipOnEngine(t testing.TB, engine, why string) {
-	t.Helper()
-	if e := testEngine(); e != "" && e != engine {
-		t.Skipf("pinned to the %s engine: %s", engine, why)
-	}
-}

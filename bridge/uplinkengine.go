@@ -1,7 +1,7 @@
 package bridge
 
 // Design note: the uplink on the bridge's own session engine
-// (Config.Engine "session", experimental; bridge/session). The engine
+// (Config.Engine "session", the default; bridge/session). The engine
 // owns what paho and paho.golang own on the other path: packet ids, the
 // flows of both directions and their resume after a reconnect,
 // keepalive, the ack watchdog and the wire (bridge/wire: write_timeout

@@ -232,8 +232,8 @@ type Bridge struct {
 	// Protocol is the uplink's MQTT version: 3.1.1, 5, or auto (5, and
 	// 3.1.1 once the upstream refuses 5).
 	Protocol string `mapstructure:"protocol"`
-	// Engine is the code that runs the uplink's MQTT session: paho, or
-	// session (experimental: the bridge's own session engine).
+	// Engine is the code that runs the uplink's MQTT session: session
+	// (the bridge's own session engine), or paho.
 	Engine string `mapstructure:"engine"`
 
 	Keepalive      time.Duration `mapstructure:"keepalive"`
@@ -384,7 +384,7 @@ func DefaultBridge() Bridge {
 		MaxInflight:     WindowAuto,
 		MaxInflightQoS2: 20,
 		Protocol:        "3.1.1",
-		Engine:          "paho",
+		Engine:          "session",
 		ReconnectMin:    1 * time.Second,
 		ReconnectMax:    60 * time.Second,
 		Spool:           Spool{MaxBytes: 256 * MiB},
