@@ -129,6 +129,7 @@ func (r *registry) detach(c *client, s *session, will *Message, willDelay time.D
 	}
 	s.conn = nil
 	s.online.Store(false)
+	s.drainProgress() // a drain waits no more for a connection that ended (drain.go)
 	// Nobody drains the queue now: publishers waiting on it are released
 	// (an offline session gets the plain overflow policy, never flow control).
 	defer releaseWaiters(s.takeWaiters())

@@ -126,6 +126,15 @@ func (s *Server) restoreSession(ss *store.Session, expiry time.Duration, now tim
 			sentUpTo = i
 		}
 	}
+	if sentUpTo >= 0 {
+		// New packet ids go on after the last one sent, as they do across
+		// a reconnect, rather than start again at 1. A client that got a
+		// DUP resend of a QoS 2 PUBLISH it had already acknowledged may
+		// still hold a stale copy under that id (libmosquitto 2.0 queues
+		// the resend a second time, drain.go): reusing the id soon would
+		// hand the client that copy again and strand the new message.
+		sess.nextID = ss.Queue[sentUpTo].PID
+	}
 	for i, e := range ss.Queue {
 		q := queued{msg: fromStore(&e.Msg), qos: e.QoS, retain: e.Retain, subIDs: e.SubIDs, seq: e.Seq}
 		if sess.inflight == nil && sentUpTo >= 0 {

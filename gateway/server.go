@@ -36,6 +36,7 @@ type Options struct {
 	MaxTopicLevels    int           // levels of a topic name or filter; 0 = 64
 	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 1024
 	MaxSubscriptions  int           // per session; 0 = 500
+	ShutdownGrace     time.Duration // at a stop, how long a persistent session's client may take to acknowledge what it was sent (drain.go); 0 = 1s
 
 	AllowAnonymous bool
 	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
@@ -80,6 +81,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
+	}
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = time.Second
 	}
 	if o.FlowStall <= 0 {
 		o.FlowStall = 250 * time.Millisecond
@@ -295,6 +299,7 @@ func (s *Server) closeWatched(done <-chan struct{}) {
 		}
 	}
 	s.watchMu.Unlock()
+	s.drain(cs) // drain.go
 	for _, c := range cs {
 		c.closeWith(CloseShutdown, packet.ServerShuttingDown)
 	}
