@@ -14,6 +14,8 @@
 //	refusals.go    local messages the spool could not keep, counted and logged
 //	loop.go        the owner goroutine: reconnect loop, backoff, protocol choice
 //	uplink.go      one upstream connection, either protocol: serveUplink
+//	uplinkengine.go  the connection on the session engine (the default):
+//	               the seam's third protocol, the engine's Store and inbound
 //	send.go        the sender, either protocol
 //	packetsize.go  a PUBLISH's exact size on the wire (max_packet_size)
 //	stuck.go       a message the cloud broker closes the link on, again
@@ -31,8 +33,8 @@
 //	log.go         paho's log; connect failure lines
 //	addresses.go   the addresses for the status page
 //
-// The two protocols, side by side (paho for MQTT 3.1.1, paho.golang for
-// MQTT 5):
+// The paho engine's two protocols, side by side (paho for MQTT 3.1.1,
+// paho.golang for MQTT 5), to be deleted:
 //
 //	MQTT 3.1.1        MQTT 5
 //	connect311.go     connect5.go     CONNECT, subscriptions
