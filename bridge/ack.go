@@ -31,7 +31,9 @@ func (s *uplink) ack(ctx context.Context, win *sendWindow, pending *flowQueue, p
 			return
 		}
 		s.oldest, s.waiting = f, true // the oldest unacknowledged (stuck.go)
-		timer.Reset(time.Until(f.st.sent.Add(b.cfg.AckTimeout)))
+		if !s.engineWatchdog {
+			timer.Reset(time.Until(f.st.sent.Add(b.cfg.AckTimeout)))
+		}
 		// A QoS 1/2 publish is complete when the broker ended its flow
 		// (done); a paho token, if any, reports a failure to send it. A
 		// QoS 0 publish over 3.1.1 is complete when its token is.

@@ -61,6 +61,10 @@ type Bridge struct {
 	qosHeld       atomic.Bool              // a message above the granted QoS is held (qos_not_granted: hold)
 	qosDowngraded atomic.Uint64            // messages sent at a lower QoS than their rule's
 
+	// The session engine (Config.Engine "session", uplinkengine.go).
+	eng        engineState // owner goroutine only
+	engResumed atomic.Uint64
+
 	stateMu   sync.Mutex // serialises state changes and their publication
 	state     State
 	published bool
@@ -256,6 +260,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		b.budget.keep(bctx, func(err error) { b.log.Warn("budget state not saved", "err", err) })
 	}()
 	b.loop(ctx)
+	b.closeEngine()
 	stopBudget()
 	<-budgetDone
 

@@ -16,9 +16,11 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
-// testConfig is a bridge to addrs with fast timers for tests.
+// testConfig is a bridge to addrs with fast timers for tests, on the
+// session engine that EDGEGW_TEST_BRIDGE_ENGINE names (testEngine).
 func testConfig(t testing.TB, name string, addrs ...string) bridge.Config {
 	return bridge.Config{
+		Engine:            testEngine(),
 		Name:              name,
 		Addresses:         addrs,
 		ClientID:          "edge-" + name,

@@ -127,6 +127,13 @@ type Config struct {
 	// not used) and its refusals are seen (uplink5.go).
 	Protocol string
 
+	// Engine is the code that runs the uplink's MQTT session:
+	// EngineSession (the default: the bridge's own session engine,
+	// bridge/session, on the spool's session log; uplinkengine.go) or
+	// EnginePaho (paho over 3.1.1 and paho.golang over 5, uplink311.go
+	// and uplink5.go; kept until it is deleted).
+	Engine string
+
 	// MaxPacketSize is the largest MQTT packet the cloud broker takes, in
 	// bytes, fixed header included (0: no limit known). A message whose
 	// PUBLISH would be larger is dropped by the sender, counted as 0x95
@@ -155,6 +162,9 @@ const (
 	DefaultAckTimeout     = 20 * time.Second
 	// MaxInflightAuto is MaxInflight sized by the link, the default.
 	MaxInflightAuto = 0
+	// EnginePaho and EngineSession are the values of Config.Engine.
+	EnginePaho    = "paho"
+	EngineSession = "session"
 	// DefaultMaxInflightQoS2 is mosquitto's default per-client quota of
 	// incoming QoS 2 flows (max_inflight_messages 20).
 	DefaultMaxInflightQoS2 = 20
@@ -209,6 +219,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.QoSNotGranted == "" {
 		c.QoSNotGranted = QoSDowngrade
+	}
+	if c.Engine == "" {
+		c.Engine = EngineSession
 	}
 	if c.BacklogShare == 0 {
 		c.BacklogShare = DefaultBacklogShare
@@ -327,6 +340,9 @@ func (c Config) compile() (*compiled, error) {
 		bad("protocol", "%v", err)
 	} else {
 		out.proto = p
+	}
+	if c.Engine != EnginePaho && c.Engine != EngineSession {
+		bad("engine", "%q: must be %s or %s", c.Engine, EnginePaho, EngineSession)
 	}
 	if c.MaxInflightQoS2 < 1 || c.MaxInflightQoS2 > 65535 {
 		bad("max_inflight_qos2", "%d: must be 1..65535", c.MaxInflightQoS2)

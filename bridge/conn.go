@@ -127,7 +127,20 @@ func (c *deadlineConn) SetWriteDeadline(time.Time) error { return nil }
 type connSlot struct {
 	mu     sync.Mutex
 	conn   *deadlineConn
+	other  net.Conn // the session engine's connection (uplinkengine.go), instead of conn
 	closed bool
+}
+
+// setOther is set for the session engine's connection.
+func (s *connSlot) setOther(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		return false
+	}
+	s.other = c
+	return true
 }
 
 func (s *connSlot) set(c *deadlineConn) bool {
@@ -148,12 +161,37 @@ func (s *connSlot) close() {
 	if s.conn != nil {
 		s.conn.abort()
 	}
+	if s.other != nil {
+		s.other.Close()
+	}
 }
 
 // dial opens the transport for u within ConnectTimeout (TCP, TLS or
 // WebSocket), wrapped in a deadlineConn that rewrites packet ids through
 // st (nil: none).
 func (b *Bridge) dial(ctx context.Context, u *url.URL, st *uplinkStore, slot *connSlot, onTimeout func(error)) (net.Conn, error) {
+	c, err := b.dialTransport(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil { // MQTT 3.1.1: the last connection's requests died with it (requestid.go)
+		st.dropRequests()
+		st.connecting()
+	}
+	raw := rawSocket(c)
+	dc := &deadlineConn{
+		Conn: c, raw: raw, lastRead: &b.lastRead, store: st, acks: ackRewriter{st: st},
+		w: newBatchWriter(c, raw, b.cfg.WriteTimeout, onTimeout), budget: b.budget,
+	}
+	if !slot.set(dc) {
+		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
+	}
+	return dc, nil
+}
+
+// dialTransport opens the transport for u within ConnectTimeout: TCP,
+// TLS or WebSocket.
+func (b *Bridge) dialTransport(ctx context.Context, u *url.URL) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ConnectTimeout)
 	defer cancel()
 	var (
@@ -187,19 +225,7 @@ func (b *Bridge) dial(ctx context.Context, u *url.URL, st *uplinkStore, slot *co
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), err)
 	}
-	if st != nil { // MQTT 3.1.1: the last connection's requests died with it (requestid.go)
-		st.dropRequests()
-		st.connecting()
-	}
-	raw := rawSocket(c)
-	dc := &deadlineConn{
-		Conn: c, raw: raw, lastRead: &b.lastRead, store: st, acks: ackRewriter{st: st},
-		w: newBatchWriter(c, raw, b.cfg.WriteTimeout, onTimeout), budget: b.budget,
-	}
-	if !slot.set(dc) {
-		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
-	}
-	return dc, nil
+	return c, nil
 }
 
 // rawSocket is c's RawConn when c is a plain TCP socket: its reads and

@@ -14,6 +14,8 @@
 //	refusals.go    local messages the spool could not keep, counted and logged
 //	loop.go        the owner goroutine: reconnect loop, backoff, protocol choice
 //	uplink.go      one upstream connection, either protocol: serveUplink
+//	uplinkengine.go  the connection on the session engine (the default):
+//	               the seam's third protocol, the engine's Store and inbound
 //	send.go        the sender, either protocol
 //	packetsize.go  a PUBLISH's exact size on the wire (max_packet_size)
 //	stuck.go       a message the cloud broker closes the link on, again
@@ -35,8 +37,8 @@
 //	upstream.go    what the upstream granted: the bridge flag, the QoS
 //	               it takes (upstream_max_qos, qos_not_granted)
 //
-// The two protocols, side by side (paho for MQTT 3.1.1, paho.golang for
-// MQTT 5):
+// The paho engine's two protocols, side by side (paho for MQTT 3.1.1,
+// paho.golang for MQTT 5), to be deleted:
 //
 //	MQTT 3.1.1        MQTT 5
 //	connect311.go     connect5.go     CONNECT, subscriptions
@@ -50,11 +52,16 @@
 //	requestid.go                      SUBSCRIBE and UNSUBSCRIBE ids on
 //	                                  the wire
 //
-// # The session engine (experimental, not wired in yet)
+// # The session engine (Config.Engine "session", the default)
 //
-// Beside today's uplink, which steers paho and paho.golang from outside,
-// the uplink's own session engine is being built in two packages that
-// depend one way (session -> wire -> gateway/packet, paho's packets):
+// Beside the paho uplink, which steers paho and paho.golang from outside
+// (Config.Engine "paho", to be deleted), the uplink's own session engine
+// runs behind the same protocol seam (send.go): uplinkengine.go is its
+// third implementation, the spool's session log its Store, the gateway
+// (PublishExactlyOnce, Release) the keeper of its inbound QoS 2 ids. The
+// send policy (picker, window, budget, refusals, stuck) is the same
+// code for both. It lives in two packages that depend one way
+// (session -> wire -> gateway/packet, paho's packets):
 //
 //	wire/      the wire: a packet-level connection over a net.Conn, one
 //	           writer goroutine, a control lane (PINGREQ, acks) written

@@ -249,3 +249,8 @@ func countDistinct(msgs []rx, topic string) int {
 	}
 	return len(seen)
 }
+
+// testEngine is the bridge's session engine for the tests:
+// EDGEGW_TEST_BRIDGE_ENGINE ("session" or "paho"; empty: the default),
+// so that the suite runs against either.
+func testEngine() string { return os.Getenv("EDGEGW_TEST_BRIDGE_ENGINE") }

@@ -106,6 +106,9 @@ func (b *Bridge) loop(ctx context.Context) {
 // function that serves the connection until it is lost or ctx ends.
 // Called by the owner goroutine only (it may change b.proto).
 func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context) error, error) {
+	if b.cfg.Engine == EngineSession {
+		return b.connectUplinkEngine(ctx, u) // uplinkengine.go
+	}
 	if b.proto == Protocol311 {
 		s, err := b.connect(ctx, u)
 		if err != nil {

@@ -63,9 +63,11 @@ type reloadState struct {
 	wake chan struct{}
 
 	subMu sync.Mutex
-	live  *uplink311      // the connection that last subscribed (it may have ended since)
-	have  map[string]byte // its upstream subscriptions
-	stale map[string]bool // removed filters still subscribed in a persistent upstream session
+	live  *uplink311 // the connection that last subscribed (it may have ended since)
+	// liveEng is live on the session engine (uplinkengine.go).
+	liveEng *uplinkEngine
+	have    map[string]byte // its upstream subscriptions
+	stale   map[string]bool // removed filters still subscribed in a persistent upstream session
 }
 
 // errReload ends a connection made with settings a Reload replaced.
@@ -112,6 +114,7 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		{"rate_limit", cfg.RateLimit != b.cfg.RateLimit},
 		{"budget", cfg.BudgetBytes != b.cfg.BudgetBytes || cfg.BudgetPeriod != b.cfg.BudgetPeriod},
 		{"protocol", cfg.Protocol != b.cfg.Protocol},
+		{"engine", cfg.Engine != b.cfg.Engine},
 		{"max_packet_size", cfg.MaxPacketSize != b.cfg.MaxPacketSize},
 	}
 	for _, k := range restart {
@@ -166,6 +169,9 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		}
 		rl.subMu.Lock()
 		if s := rl.live; s != nil {
+			s.teardown(errReload)
+		}
+		if s := rl.liveEng; s != nil {
 			s.teardown(errReload)
 		}
 		rl.subMu.Unlock()
@@ -283,6 +289,10 @@ func (b *Bridge) syncSubs() string {
 	slices.Sort(del)
 	if len(add) == 0 && len(del) == 0 {
 		return ""
+	}
+	if s := rl.liveEng; s != nil && s.link.Err() == nil {
+		rl.have = want
+		return b.syncSubsEngine(s, add, del)
 	}
 	s := rl.live
 	if s == nil || !s.client.IsConnectionOpen() {

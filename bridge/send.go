@@ -13,6 +13,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edgegw/edgegw/bridge/session"
 	"github.com/edgegw/edgegw/bridge/spool"
 )
 
@@ -33,8 +34,9 @@ type inflight struct {
 	// tok is paho's token (3.1.1): an error ends the uplink. nil for a
 	// flow re-sent on connect and over MQTT 5.
 	tok mqtt.Token
-	out *outbound // 3.1.1: its store entry (QoS 1/2), once announced
-	f   *flow5    // MQTT 5: its flow in the session (QoS 1/2)
+	out *outbound     // 3.1.1: its store entry (QoS 1/2), once announced
+	f   *flow5        // MQTT 5: its flow in the session (QoS 1/2)
+	ef  *session.Flow // the session engine's flow (QoS 1/2; uplinkengine.go)
 	// topic and wire are the message's upstream topic and its PUBLISH's
 	// exact size, for the stuck-record check (stuck.go); unknown ("", 0)
 	// for a flow re-sent on connect.
@@ -74,6 +76,7 @@ type protocol interface {
 var (
 	_ protocol = (*uplink311)(nil)
 	_ protocol = (*uplink5)(nil)
+	_ protocol = (*uplinkEngine)(nil)
 )
 
 // send is the connection's sender: it keeps spool messages in flight as
@@ -129,6 +132,11 @@ func (s *uplink) send(ctx context.Context, win *sendWindow, pending *flowQueue, 
 		b.inflight.Add(1)
 		f.st.sent = time.Now()
 		complete, err := p.publish(ctx, &f, m)
+		if err != nil && ctx.Err() != nil { // stopping or torn down: not the publish's fault
+			b.inflight.Add(-1)
+			win.release(f.st, time.Now())
+			return
+		}
 		b.sent.Add(1)
 		if complete || err != nil {
 			b.inflight.Add(-1)

@@ -103,7 +103,7 @@ func (b *Bridge) Stats() Stats {
 		st.InFlightBytes, st.Window, st.MinRTT = int64(bytes), int64(cwnd), rtt
 	}
 	st.Sent = b.sent.Load()
-	st.Resumed = b.store.resumed.Load() + b.sess5.resumed.Load()
+	st.Resumed = b.store.resumed.Load() + b.sess5.resumed.Load() + b.engResumed.Load()
 	st.Acked = b.acked.Load()
 	st.Received = b.received.Load()
 	st.InboundFailed = b.inboundFailed.Load()

@@ -63,6 +63,10 @@ type uplink struct {
 	// by serveUplink once the acker has ended (stuck.go).
 	oldest  inflight
 	waiting bool
+
+	// engineWatchdog: the session engine is the ack watchdog
+	// (uplinkengine.go), not the acker.
+	engineWatchdog bool
 }
 
 // setCause records why the bridge tears the connection down (first wins).

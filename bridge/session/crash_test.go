@@ -110,76 +110,101 @@ func TestDrainChild(t *testing.T) {
 	sp.Close()
 }
 
+// crashDrainRuns is the environment variable that turns
+// TestKillWhileDraining into the full run (make crash-drain): this many
+// runs of 3,000 records with two kills each, per protocol. Unset, it is
+// one run of 300 records with one kill, short enough for make test.
+const crashDrainRuns = "EDGEGW_CRASH_DRAIN_RUNS"
+
 // TestKillWhileDraining: a backlog of QoS 2 records drains into mosquitto
 // (a persistent session, clean session 0) while the process running the
-// engine is killed with SIGKILL twice; the restarted process resumes the
-// flows from the spool's session log. Every message arrives exactly once.
+// engine is killed with SIGKILL; the restarted process resumes the flows
+// from the spool's session log. Every message arrives exactly once.
 func TestKillWhileDraining(t *testing.T) {
 	if os.Getenv(envDir) != "" {
 		return
 	}
+	n, runs, kills := 300, 1, []int{3}
+	if v := os.Getenv(crashDrainRuns); v != "" {
+		r, err := strconv.Atoi(v)
+		if err != nil || r < 1 {
+			t.Fatalf("%s=%q: want a number of runs", crashDrainRuns, v)
+		}
+		n, runs, kills = 3000, r, []int{4, 2}
+	}
 	versions(t, func(t *testing.T, v packet.Version) {
-		const n = 3000
-		up := startBroker(t, "max_queued_messages 100000\n")
-		s := subscribe(t, up.addr, "drain/#")
-		dir := t.TempDir()
-		sp, err := spool.Open(spool.Options{Dir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 1; i <= n; i++ {
-			if _, err := sp.Append(context.Background(), spool.Message{Topic: "drain/t", QoS: 2, Payload: []byte("m" + strconv.Itoa(i))}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		sp.Close()
-		{ // the subscriber is in place before the drain
-			e, _ := session.New(config(v), session.NewMemStore())
-			l := connect(t, e, up.addr)
-			s.ready(t, l, "drain/probe")
-			l.Close(true)
-		}
-		child := func() *exec.Cmd {
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestDrainChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envDir+"="+dir, envAddr+"="+up.addr, envVer+"="+strconv.Itoa(int(v)), envSync+"=batch")
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			return cmd
-		}
-		received := func() int {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return len(s.seen)
-		}
-		for _, at := range []int{n / 4, n / 2} {
-			cmd := child()
-			testutil.Eventually(t, 60*time.Second, "drain under way", func() bool { return received() >= at })
-			cmd.Process.Signal(syscall.SIGKILL)
-			cmd.Wait()
-		}
-		cmd := child()
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("last drain: %v", err)
-		}
-		testutil.Eventually(t, 30*time.Second, "every message received", func() bool { return received() >= n+1 })
-		dups := 0
-		for i := 1; i <= n; i++ {
-			switch c := s.count("m" + strconv.Itoa(i)); {
-			case c == 0:
-				t.Errorf("message %d lost", i)
-			case c > 1:
-				dups += c - 1
-			}
-		}
-		if dups > 0 {
-			t.Errorf("%d duplicates", dups)
-			for i := 1; i <= n; i++ {
-				if s.count("m"+strconv.Itoa(i)) > 1 {
-					t.Logf("duplicate m%d", i)
+		for run := 1; run <= runs; run++ {
+			t.Run("run"+strconv.Itoa(run), func(t *testing.T) { // its broker ends with it
+				dups, lost := killWhileDraining(t, v, n, kills)
+				t.Logf("CRASH-DRAIN v%s run %d: %d records, %d kills: %d duplicates, %d lost", v, run, n, len(kills), dups, lost)
+				if dups > 0 || lost > 0 {
+					t.Errorf("%d duplicates, %d lost; want exactly once", dups, lost)
 				}
-			}
+			})
 		}
 	})
+}
+
+// killWhileDraining drains n QoS 2 records into a new mosquitto, killing
+// the draining process once n/k of them arrived, for each k of kills,
+// and returns the duplicates and the lost messages.
+func killWhileDraining(t *testing.T, v packet.Version, n int, kills []int) (dups, lost int) {
+	up := startBroker(t, "max_queued_messages 100000\n")
+	s := subscribe(t, up.addr, "drain/#")
+	dir := t.TempDir()
+	sp, err := spool.Open(spool.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		if _, err := sp.Append(context.Background(), spool.Message{Topic: "drain/t", QoS: 2, Payload: []byte("m" + strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp.Close()
+	{ // the subscriber is in place before the drain
+		e, _ := session.New(config(v), session.NewMemStore())
+		l := connect(t, e, up.addr)
+		s.ready(t, l, "drain/probe")
+		l.Close(true)
+	}
+	child := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestDrainChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envDir+"="+dir, envAddr+"="+up.addr, envVer+"="+strconv.Itoa(int(v)), envSync+"=batch")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	received := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.seen)
+	}
+	for _, k := range kills {
+		cmd := child()
+		testutil.Eventually(t, 60*time.Second, "drain under way", func() bool { return received() >= n/k })
+		cmd.Process.Signal(syscall.SIGKILL)
+		if err := cmd.Wait(); err == nil {
+			// The drain ended before the kill: nothing was tested.
+			t.Fatalf("the drain of %d records was over before the kill at %d received", n, n/k)
+		}
+	}
+	cmd := child()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("last drain: %v", err)
+	}
+	testutil.Eventually(t, 30*time.Second, "every message received", func() bool { return received() >= n+1 })
+	for i := 1; i <= n; i++ {
+		switch c := s.count("m" + strconv.Itoa(i)); {
+		case c == 0:
+			lost++
+			t.Logf("message %d lost", i)
+		case c > 1:
+			dups += c - 1
+			t.Logf("duplicate m%d", i)
+		}
+	}
+	return dups, lost
 }

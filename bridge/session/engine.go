@@ -26,8 +26,9 @@ package session
 // PUBRECs read in one go), so after a crash the restarted engine re-sends
 // a released flow's PUBREL, never its PUBLISH (which a broker that has
 // released the id would take as a new message). Inbound: an id is stored
-// durably before its PUBREC goes out and forgotten, durably, before its
-// PUBCOMP.
+// durably, with the message's routing, before its PUBREC goes out and
+// forgotten, durably, before its PUBCOMP: by Config.Inbound and
+// Config.Release (the gateway's), not by the engine.
 
 import (
 	"cmp"
@@ -83,8 +84,18 @@ type Config struct {
 	// again (false). nil: every refusal keeps it.
 	Permanent func(rc byte) bool
 	// Inbound routes a message from the peer; an error refuses it: it is
-	// not acknowledged, and a persistent session re-delivers it.
-	Inbound func(p *packet.Publish) error
+	// not acknowledged, and a persistent session re-delivers it. A QoS 2
+	// message's packet id is the Inbound function's to keep, durably and
+	// with the message's routing, before it returns: dup reports a resend
+	// of an id kept and not released (answered, not routed again). The
+	// engine keeps no inbound ids of its own: one place (the gateway,
+	// gateway.PublishExactlyOnce) knows which were routed.
+	Inbound func(p *packet.Publish) (dup bool, err error)
+	// Release forgets inbound QoS 2 id (its PUBREL came), durably, before
+	// the PUBCOMP goes out; id 0 forgets every id (the peer has no
+	// session). An error ends the connection without the PUBCOMP: the
+	// peer sends the PUBREL again.
+	Release func(id uint16) error
 	Logger  *slog.Logger
 }
 
@@ -98,7 +109,6 @@ type Engine struct {
 	byID    map[uint16]*Flow // outbound QoS 1/2 flows by packet id
 	byRec   map[uint64]*Flow
 	reqs    map[uint16]*request // SUBSCRIBE/UNSUBSCRIBE by packet id
-	in      map[uint16]bool     // inbound QoS 2 ids received, not released
 	nextID  uint16              // where a QoS 1 publish or a request looks for a free id
 	count   int                 // flows in flight
 	count2  int                 // QoS 2 flows among them
@@ -142,7 +152,7 @@ type request struct {
 	done   chan struct{}
 }
 
-// New returns an engine on store, with the flows and inbound ids it kept.
+// New returns an engine on store, with the flows it kept.
 func New(cfg Config, store Store) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -153,7 +163,7 @@ func New(cfg Config, store Store) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, store: store, log: cfg.Logger,
 		byID: map[uint16]*Flow{}, byRec: map[uint64]*Flow{}, reqs: map[uint16]*request{},
-		in: map[uint16]bool{}, changed: make(chan struct{}),
+		changed: make(chan struct{}),
 	}
 	fs, err := store.Flows()
 	if err != nil {
@@ -167,13 +177,6 @@ func New(cfg Config, store Store) (*Engine, error) {
 		e.byID[f.ID], e.byRec[f.Rec] = f, f
 		e.count++
 		e.count2++
-	}
-	ids, err := store.InboundIDs()
-	if err != nil {
-		return nil, fmt.Errorf("session: stored inbound ids: %w", err)
-	}
-	for _, id := range ids {
-		e.in[id] = true
 	}
 	return e, nil
 }
@@ -289,6 +292,5 @@ func (e *Engine) resetLocked() []*Flow {
 		e.removeLocked(f)
 		f.reset = true
 	}
-	clear(e.in)
 	return fs
 }

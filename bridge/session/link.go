@@ -33,6 +33,10 @@ var (
 	ErrServerDisconnect = errors.New("upstream sent DISCONNECT")
 	// ErrStopped: the link was closed by its owner.
 	ErrStopped = errors.New("stopped")
+	// ErrNoAnswer: a SUBSCRIBE or UNSUBSCRIBE was not answered within
+	// the ack timeout. The peer holds its packet id until it answers
+	// [MQTT-2.2.1-3], so the link is torn down: a new connection frees it.
+	ErrNoAnswer = errors.New("no answer to a SUBSCRIBE or UNSUBSCRIBE")
 )
 
 // ConnackError is a CONNACK refusing the connection.
@@ -168,12 +172,14 @@ func (l *Link) refused311(err error) bool {
 
 // resume re-sends the flows of a present session under their ids, oldest
 // record first, the PUBLISH with DUP set before a PUBREC and the PUBREL
-// after one [MQTT-4.4.0-1]; with no session present they are reset and
-// their records go again as new messages.
+// after one [MQTT-4.4.0-1]; with no session present, or a clean session
+// (whatever the CONNACK says: the client discards its state,
+// [MQTT-3.1.2-6]), they are reset and their records go again as new
+// messages.
 func (l *Link) resume() error {
 	e := l.e
 	e.mu.Lock()
-	if !l.SessionPresent {
+	if !l.SessionPresent || e.cfg.CleanStart {
 		reset := e.resetLocked()
 		e.mu.Unlock()
 		l.lost = len(reset)
@@ -183,8 +189,10 @@ func (l *Link) resume() error {
 		if err := e.store.ResetFlows(); err != nil {
 			return fmt.Errorf("reset stored flows: %w", err)
 		}
-		if err := e.store.ResetInbound(); err != nil {
-			return fmt.Errorf("reset stored inbound ids: %w", err)
+		if rel := e.cfg.Release; rel != nil {
+			if err := rel(0); err != nil {
+				return fmt.Errorf("forget inbound ids: %w", err)
+			}
 		}
 		return nil
 	}
@@ -362,7 +370,12 @@ func (l *Link) request(ctx context.Context, mk func(id uint16) packet.Packet) (p
 	r := &request{done: make(chan struct{})}
 	e.reqs[id] = r
 	e.mu.Unlock()
+	deadline := time.Now().Add(e.cfg.AckTimeout)
+	keep := false // the id stays held after the caller stopped waiting
 	defer func() {
+		if keep {
+			return
+		}
 		e.mu.Lock()
 		if e.reqs[id] == r {
 			delete(e.reqs, id)
@@ -373,14 +386,34 @@ func (l *Link) request(ctx context.Context, mk func(id uint16) packet.Packet) (p
 	if err := l.c.Send(mk(id)); err != nil {
 		return nil, err
 	}
+	noAnswer := fmt.Errorf("%w within %s", ErrNoAnswer, e.cfg.AckTimeout)
 	t := time.NewTimer(e.cfg.AckTimeout)
 	defer t.Stop()
 	select {
 	case <-r.done:
+		if r.answer == nil { // the link ended (endRequests)
+			if err := l.c.Err(); err != nil {
+				return nil, err
+			}
+			return nil, ErrStopped
+		}
 		return r.answer, nil
 	case <-t.C:
-		return nil, fmt.Errorf("no answer within %s", e.cfg.AckTimeout)
+		l.c.Abort(noAnswer)
+		return nil, noAnswer
 	case <-ctx.Done():
+		// The caller stops waiting, the peer may still answer: the id
+		// stays held until it does, and without an answer within the ack
+		// timeout the link is torn down all the same.
+		keep = true
+		time.AfterFunc(time.Until(deadline), func() {
+			e.mu.Lock()
+			waiting := e.reqs[id] == r
+			e.mu.Unlock()
+			if waiting {
+				l.c.Abort(noAnswer)
+			}
+		})
 		return nil, ctx.Err()
 	case <-l.c.Done():
 		return nil, l.c.Err()

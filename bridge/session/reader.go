@@ -7,7 +7,6 @@ package session
 // and acknowledged.
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/edgegw/edgegw/gateway/packet"
@@ -158,55 +157,33 @@ func (l *Link) releaseFlows() error {
 	return nil
 }
 
-// errRefused is an inbound message the Inbound function refused.
-var errRefused = errors.New("refused")
-
 // inbound routes a message from the peer and acknowledges it. A QoS 2
-// id already received is a re-delivery [MQTT-4.3.3-10]: answered again,
-// never routed twice. One Inbound refuses is not acknowledged.
+// resend of an id the Inbound function kept is answered, never routed
+// twice [MQTT-4.3.3-10]; a message Inbound refuses is not acknowledged
+// (a persistent session re-delivers it).
 func (l *Link) inbound(p *packet.Publish) error {
 	e := l.e
-	if p.QoS == 2 {
-		e.mu.Lock()
-		seen := e.in[p.PacketID]
-		e.mu.Unlock()
-		if seen {
-			return l.c.SendControl(&packet.Pubrec{PacketID: p.PacketID})
-		}
-	}
 	if e.cfg.Inbound != nil {
-		if err := e.cfg.Inbound(p); err != nil {
-			return nil // not acknowledged: re-delivered by a persistent session
+		if _, err := e.cfg.Inbound(p); err != nil {
+			return nil
 		}
 	}
 	switch p.QoS {
 	case 1:
 		return l.c.SendControl(&packet.Puback{PacketID: p.PacketID})
 	case 2:
-		if err := e.store.InboundReceived(p.PacketID); err != nil {
-			return fmt.Errorf("store inbound id %d: %w", p.PacketID, err)
-		}
-		e.mu.Lock()
-		e.in[p.PacketID] = true
-		e.mu.Unlock()
 		return l.c.SendControl(&packet.Pubrec{PacketID: p.PacketID})
 	}
 	return nil
 }
 
-// inboundRelease forgets inbound id (durably) and completes it.
+// inboundRelease forgets inbound id (durably, Config.Release) and
+// completes it.
 func (l *Link) inboundRelease(id uint16) error {
-	e := l.e
-	e.mu.Lock()
-	seen := e.in[id]
-	e.mu.Unlock()
-	if seen {
-		if err := e.store.InboundReleased(id); err != nil {
+	if rel := l.e.cfg.Release; rel != nil {
+		if err := rel(id); err != nil {
 			return fmt.Errorf("release inbound id %d: %w", id, err)
 		}
-		e.mu.Lock()
-		delete(e.in, id)
-		e.mu.Unlock()
 	}
 	return l.c.SendControl(&packet.Pubcomp{PacketID: id})
 }

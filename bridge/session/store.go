@@ -7,14 +7,13 @@ import (
 )
 
 // Store is the engine's durable state: the outbound QoS 2 flows it
-// started (by spool record) and the inbound QoS 2 packet ids it
-// answered, and the records the peer acknowledged. bridge/spool
+// started (by spool record) and the records the peer acknowledged. (The
+// inbound QoS 2 ids are kept with their messages' routing: Config.Inbound.) bridge/spool
 // implements it (spool.Session); MemStore keeps it in memory.
 //
-// Durability is what exactly once needs and no more: Released,
-// InboundReceived and InboundReleased are durable when they return
-// (the engine sends the PUBREL, PUBREC or PUBCOMP that depends on them
-// only then); Sent need not be (a record's packet id is derived from the
+// Durability is what exactly once needs and no more: Released is
+// durable when it returns (the engine sends the PUBRELs that depend on
+// it only then); Sent need not be (a record's packet id is derived from the
 // record, so a restarted engine re-sends it under the same id anyway).
 type Store interface {
 	// Flows returns the outbound QoS 2 flows whose PUBLISH was sent and
@@ -31,18 +30,6 @@ type Store interface {
 	Ack(rec uint64) error
 	// Drop removes record rec: the peer refused it for good (reason rc).
 	Drop(rec uint64, rc byte) error
-
-	// InboundIDs returns the inbound QoS 2 packet ids received and not
-	// yet released.
-	InboundIDs() ([]uint16, error)
-	// InboundReceived records id durably: its message was routed and a
-	// PUBREC follows; a re-delivery of id is not routed again.
-	InboundReceived(id uint16) error
-	// InboundReleased forgets id durably: its PUBREL came, a PUBCOMP
-	// follows, and the peer may use the id for a new message.
-	InboundReleased(id uint16) error
-	// ResetInbound forgets every inbound id: the peer has no session.
-	ResetInbound() error
 }
 
 // StoredFlow is an outbound QoS 2 flow a Store kept.
@@ -58,14 +45,13 @@ type StoredFlow struct {
 type MemStore struct {
 	mu      sync.Mutex
 	flows   map[uint64]StoredFlow
-	in      map[uint16]bool
 	acked   []uint64
 	dropped map[uint64]byte
 }
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{flows: map[uint64]StoredFlow{}, in: map[uint16]bool{}, dropped: map[uint64]byte{}}
+	return &MemStore{flows: map[uint64]StoredFlow{}, dropped: map[uint64]byte{}}
 }
 
 // Flows implements Store.
@@ -132,40 +118,4 @@ func (m *MemStore) Acked() []uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.acked)
-}
-
-// InboundIDs implements Store.
-func (m *MemStore) InboundIDs() ([]uint16, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ids := make([]uint16, 0, len(m.in))
-	for id := range m.in {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids, nil
-}
-
-// InboundReceived implements Store.
-func (m *MemStore) InboundReceived(id uint16) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.in[id] = true
-	return nil
-}
-
-// InboundReleased implements Store.
-func (m *MemStore) InboundReleased(id uint16) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.in, id)
-	return nil
-}
-
-// ResetInbound implements Store.
-func (m *MemStore) ResetInbound() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	clear(m.in)
-	return nil
 }

@@ -2,16 +2,15 @@ package spool
 
 // Design note: the spool as the uplink session engine's Store
 // (bridge/session). The records are the messages; what the engine needs
-// beside them, the state of the outbound QoS 2 flows it started and the
-// inbound QoS 2 ids it answered, is a small append-only log of its own
+// beside them, the state of the outbound QoS 2 flows it started, is a
+// small append-only log of its own
 // (sessionlog.go), replayed and rewritten to its live state at open. A
 // flow's state dies with its record: an entry whose record is no longer
 // in the spool is not kept by the rewrite, so an ack needs no entry of
 // its own (the ack log has it).
 //
 // Durability follows the spool's sync mode: with SyncBatch and
-// SyncAlways an entry the engine waits for (Released, the inbound ids,
-// the resets) is fsynced before the call returns, one fsync for all the
+// SyncAlways an entry the engine waits for (Released, the reset) is fsynced before the call returns, one fsync for all the
 // PUBRECs the engine read in one go; Sent is not (a record's packet id
 // does not change, so a lost Sent entry costs at most a DUP flag). With
 // SyncNone nothing is fsynced.
@@ -40,7 +39,6 @@ type Session struct {
 	f     *os.File
 	size  int64
 	flows map[uint64]*sessFlow
-	in    map[uint16]bool
 	buf   []byte
 }
 
@@ -51,12 +49,11 @@ type sessFlow struct {
 
 // OpenSession opens (or creates) the session log of sp's directory. A
 // log whose header is unreadable is moved aside (session.log.quarantine)
-// and a new one started: the flows are then sent again as new messages,
-// and inbound ids forgotten.
+// and a new one started: the flows are then sent again as new messages.
 func OpenSession(sp *Spool) (*Session, error) {
 	ss := &Session{
 		sp: sp, path: filepath.Join(sp.opts.Dir, sessFileName), sync: sp.opts.Sync != SyncNone,
-		flows: map[uint64]*sessFlow{}, in: map[uint16]bool{},
+		flows: map[uint64]*sessFlow{},
 	}
 	b, err := os.ReadFile(ss.path)
 	switch {
@@ -92,17 +89,11 @@ func (ss *Session) apply(e sessEntry) {
 		}
 	case sessResetFlows:
 		clear(ss.flows)
-	case sessInReceived:
-		ss.in[e.id] = true
-	case sessInReleased:
-		delete(ss.in, e.id)
-	case sessResetInbound:
-		clear(ss.in)
 	}
 }
 
 // rewrite replaces the log by its live state: flows whose record is
-// still in the spool, and the inbound ids. Caller holds mu (or owns ss).
+// still in the spool. Caller holds mu (or owns ss).
 func (ss *Session) rewrite() error {
 	buf := appendSessHeader(nil)
 	for rec, f := range ss.flows {
@@ -114,9 +105,6 @@ func (ss *Session) rewrite() error {
 		if f.released {
 			buf = appendSessEntry(buf, sessEntry{kind: sessReleased, rec: rec})
 		}
-	}
-	for id := range ss.in {
-		buf = appendSessEntry(buf, sessEntry{kind: sessInReceived, id: id})
 	}
 	tmp := filepath.Join(ss.sp.opts.Dir, sessTmpName)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -256,42 +244,6 @@ func (ss *Session) Drop(rec uint64, _ byte) error {
 	delete(ss.flows, rec)
 	ss.mu.Unlock()
 	return ss.sp.Drop(ID(rec), DropRefused)
-}
-
-// InboundIDs returns the inbound QoS 2 ids received and not released.
-func (ss *Session) InboundIDs() ([]uint16, error) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ids := make([]uint16, 0, len(ss.in))
-	for id := range ss.in {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids, nil
-}
-
-// InboundReceived records inbound id, durably.
-func (ss *Session) InboundReceived(id uint16) error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.write(true, sessEntry{kind: sessInReceived, id: id})
-}
-
-// InboundReleased forgets inbound id, durably.
-func (ss *Session) InboundReleased(id uint16) error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.write(true, sessEntry{kind: sessInReleased, id: id})
-}
-
-// ResetInbound forgets every inbound id, durably.
-func (ss *Session) ResetInbound() error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if len(ss.in) == 0 {
-		return nil
-	}
-	return ss.write(true, sessEntry{kind: sessResetInbound})
 }
 
 // has reports whether record id is in the spool.

@@ -2,8 +2,7 @@ package spool
 
 // The session log's format (session.log in the spool directory): what
 // the uplink's session engine (bridge/session) keeps beside the records,
-// the outbound QoS 2 flows it started and the inbound QoS 2 ids it
-// answered.
+// the outbound QoS 2 flows it started.
 //
 //	header   "EGSS" magic, version uint32 (little endian)
 //	entries  length uint32, crc32c uint32 of the body, body:
@@ -11,9 +10,6 @@ package spool
 //	           sessSent         record uint64, packet id uint16
 //	           sessReleased     record uint64
 //	           sessResetFlows   (nothing)
-//	           sessInReceived   packet id uint16
-//	           sessInReleased   packet id uint16
-//	           sessResetInbound (nothing)
 //
 // The log is replayed in order; a torn or corrupt tail (a crash in the
 // middle of an append) ends it and is cut off. A newer version adds
@@ -40,9 +36,6 @@ const (
 	sessSent byte = iota + 1
 	sessReleased
 	sessResetFlows
-	sessInReceived
-	sessInReleased
-	sessResetInbound
 )
 
 // sessEntry is one decoded entry.
@@ -59,10 +52,8 @@ func sessBodySize(kind byte) int {
 		return 1 + 8 + 2
 	case sessReleased:
 		return 1 + 8
-	case sessResetFlows, sessResetInbound:
+	case sessResetFlows:
 		return 1
-	case sessInReceived, sessInReleased:
-		return 1 + 2
 	}
 	return 0
 }
@@ -80,8 +71,6 @@ func appendSessEntry(dst []byte, e sessEntry) []byte {
 		dst = binary.LittleEndian.AppendUint16(dst, e.id)
 	case sessReleased:
 		dst = binary.LittleEndian.AppendUint64(dst, e.rec)
-	case sessInReceived, sessInReleased:
-		dst = binary.LittleEndian.AppendUint16(dst, e.id)
 	}
 	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+sessEntryHead:], castagnoli))
 	return dst
@@ -140,8 +129,6 @@ func decodeSessEntry(b []byte) (sessEntry, int, bool) {
 		e.id = binary.LittleEndian.Uint16(body[9:])
 	case sessReleased:
 		e.rec = binary.LittleEndian.Uint64(body[1:])
-	case sessInReceived, sessInReleased:
-		e.id = binary.LittleEndian.Uint16(body[1:])
 	}
 	if (e.kind == sessSent || e.kind == sessReleased) && e.rec == 0 {
 		return sessEntry{}, 0, false

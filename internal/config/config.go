@@ -260,6 +260,9 @@ type Bridge struct {
 	// to a message a rule sends higher: downgrade or hold.
 	UpstreamMaxQoS int    `mapstructure:"upstream_max_qos"`
 	QoSNotGranted  string `mapstructure:"qos_not_granted"`
+	// Engine is the code that runs the uplink's MQTT session: session
+	// (the bridge's own session engine), or paho.
+	Engine string `mapstructure:"engine"`
 
 	Keepalive      time.Duration `mapstructure:"keepalive"`
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
@@ -409,6 +412,7 @@ func DefaultBridge() Bridge {
 		MaxInflight:     WindowAuto,
 		MaxInflightQoS2: 20,
 		Protocol:        "3.1.1",
+		Engine:          "session",
 		ReconnectMin:    1 * time.Second,
 		ReconnectMax:    60 * time.Second,
 		Spool:           Spool{MaxBytes: 256 * MiB},

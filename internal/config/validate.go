@@ -353,6 +353,11 @@ func (c Config) validateBridges(es *Errors) {
 		default:
 			es.add(k+".protocol", "must be 3.1.1, 5 or auto (got %q)", b.Protocol)
 		}
+		switch b.Engine {
+		case "paho", "session":
+		default:
+			es.add(k+".engine", "must be paho or session (got %q)", b.Engine)
+		}
 		if b.MaxInflightQoS2 < 1 || b.MaxInflightQoS2 > maxInflightMQTT {
 			es.add(k+".max_inflight_qos2", "must be in 1..%d (got %d)", maxInflightMQTT, b.MaxInflightQoS2)
 		}
