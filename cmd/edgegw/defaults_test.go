@@ -23,6 +23,7 @@ func TestDefaultsAgree(t *testing.T) {
 		"ReceiveMaximum":    "follows max_inflight (no key of its own)",
 		"TopicAliasMaximum": "no key",
 		"SysInterval":       "no key",
+		"ShutdownGrace":     "no key: how long a stop waits for persistent clients' acks",
 		"Version":           "set by run from the build, not configured",
 	})
 	agree(t, "bridge.Config", bridgeConfig(config.DefaultBridge(), def.Persistence), bridge.DefaultConfig(), nil)
