@@ -43,6 +43,7 @@ type keeper struct {
 	k    *keep
 	pos  uint64  // highest state-store record the acknowledgement waits for (persist.go)
 	from *client // the reader routing its client's PUBLISH; nil for other routers (writer.go)
+	hold *hold   // the message's copies wait for the verdicts it counts (hold.go)
 }
 
 // statePositioner is a deferrer whose message already has a state record

@@ -46,6 +46,8 @@
 //	                  member when a member's session ends
 //	sink.go           sinks: in-process consumers (a bridge's spool)
 //	ack.go            the deferred acknowledgement
+//	hold.go           a message that can still be refused is withheld from
+//	                  its subscribers until its verdict
 //	inbound.go        a publisher's incoming flows: the v5 Receive Maximum
 //	                  count, the inbound QoS 2 packet ids (a resent PUBLISH
 //	                  is not delivered twice)
@@ -99,7 +101,8 @@
 //
 // Locks are taken top down, never bottom up. A lock with nothing indented
 // below it is a leaf (nothing is taken while it is held), as is every lock
-// not listed (keep.mu, shareMu, watchMu, the tarpit's, the sinks' tree).
+// not listed (keep.mu, hold.mu, shareMu, watchMu, the tarpit's, the sinks'
+// tree).
 //
 //	registry.mu             the sessions by client id (registry.go)
 //	  topics.Retained       read-locked while SUBSCRIBE queues retained

@@ -104,10 +104,15 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 	var taken int64
 	for s.queue.len() > 0 && taken < maxBytes {
 		var q queued
-		if f := s.queue.front(); f.qos > 0 && len(s.inflight) >= window {
+		if f := s.queue.front(); f.msg.withheld() {
+			break // its verdict is not in: nothing overtakes it (hold.go)
+		} else if f.qos > 0 && len(s.inflight) >= window {
 			// The window gates only QoS 1/2: QoS 0 messages queued behind
 			// a waiting one still go out (field report 000, principle 1).
 			var ok bool
+			if z := s.queue.firstQoS0(); z == nil || z.msg.withheld() {
+				break
+			}
 			if q, ok = s.queue.removeFirstQoS0(); !ok {
 				break
 			}
@@ -115,6 +120,13 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			q = s.queue.pop()
 		}
 		taken += q.msg.size()
+		if q.msg.refused() {
+			// Refused after it was queued here (a shared copy handed on):
+			// its publisher was told it was not kept.
+			s.charge(-q.msg.size())
+			s.unstore(q)
+			continue
+		}
 		if q.msg.expired(now) {
 			s.charge(-q.msg.size())
 			s.unstore(q)

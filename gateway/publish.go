@@ -64,13 +64,15 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		c.logf(slog.LevelDebug, "publish not authorized", "topic", p.Topic)
 		return c.ack(p, packet.NotAuthorized)
 	}
-	m := &Message{
-		Topic:   p.Topic,
-		Payload: p.Payload, // the decoder gives each packet its own buffer
-		QoS:     p.QoS,
-		Retain:  p.Retain,
-		Origin:  c.id,
+	var m *Message
+	if p.QoS > 0 {
+		m = newHeldMessage() // with room for its hold (hold.go)
+	} else {
+		m = new(Message)
 	}
+	m.Topic = p.Topic
+	m.Payload = p.Payload // the decoder gives each packet its own buffer
+	m.QoS, m.Retain, m.Origin = p.QoS, p.Retain, c.id
 	if c.version == packet.V5 {
 		m.Props = passThrough(&p.Props)
 		if p.Props.Has(packet.PropMessageExpiry) {

@@ -228,11 +228,13 @@ func (s *Server) Publish(m *Message) error {
 // retain applies a PUBLISH's retain flag to the retained store. It returns
 // the position of the state record to wait for (0: none).
 func (s *Server) retain(m *Message) uint64 {
-	if len(m.Payload) == 0 {
-		s.retained.Delete(m.Topic) // [MQTT-3.3.1-6], [MQTT-3.3.1-10](3.1.1)
-	} else {
-		s.retained.Set(m.Topic, m)
-	}
+	hd := m.held
+	s.retained.Update(m.Topic, func(old *Message, had bool) (*Message, bool) {
+		if hd != nil { // put back if m is refused (hold.go)
+			hd.retained, hd.prev, hd.hadPrev = true, old, had
+		}
+		return m, len(m.Payload) > 0 // empty: deleted [MQTT-3.3.1-6], [MQTT-3.3.1-10](3.1.1)
+	})
 	return s.persistRetain(m)
 }
 

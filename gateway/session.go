@@ -159,8 +159,9 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, sh
 	high := 2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes
 	congested = high && s.writerBehind()
 	wait = flow && high
+	withheld := m.held != nil && m.held.join(s) // woken by its verdict (hold.go)
 	s.mu.Unlock()
-	if c != nil {
+	if c != nil && !withheld {
 		h.wake(c, queued) // a routing reader may flush it inline (writer.go)
 	}
 	return congested, wait
