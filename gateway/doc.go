@@ -64,6 +64,8 @@
 //	persist.go        writing the state store; restore.go reading it back
 //	authz.go          authorization on delivery; refusal counters
 //	limits.go         topic and subscription limits
+//	retained.go       the retained store's bound; a SUBSCRIBE's retained
+//	                  messages fed into the queue as it drains
 //	tarpit.go         slowing down password guessing
 //	stats.go          counters, Stats, $SYS; sys.go $SYS subscriptions
 //	clients.go        the status page's list of clients
@@ -105,8 +107,9 @@
 // tree).
 //
 //	registry.mu             the sessions by client id (registry.go)
-//	  topics.Retained       read-locked while SUBSCRIBE queues retained
-//	                        messages (subscribe.go)
+//	  topics.Retained       read-locked while SUBSCRIBE collects retained
+//	                        messages (subscribe.go); never taken under a
+//	                        session.mu
 //	    session.mu          one session at a time; no I/O under it
 //	      topics.Tree, store.Store, session.reads.mu
 //	client.amu              a publisher's ack slots (ack.go); never taken

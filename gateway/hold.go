@@ -172,6 +172,7 @@ func (s *Server) unretain(m *Message, hd *hold) {
 			for had && prev.refused() { // refused too: what it replaced
 				prev, had = prev.held.prev, prev.held.hadPrev
 			}
+			s.retainedChange(cur, has, prev, had)
 			return prev, had
 		}
 		return cur, has

@@ -102,6 +102,7 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.needResend = s.unsent > 0
 	}
 	var taken int64
+	s.feedQueue() // retained messages of a SUBSCRIBE, as the queue has room (retained.go)
 	for s.queue.len() > 0 && taken < maxBytes {
 		var q queued
 		if f := s.queue.front(); f.msg.withheld() {
@@ -157,7 +158,8 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.persistSent(q, id)
 		out = append(out, outgoing{q: q, id: id})
 	}
-	more = s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window)
+	more = s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window) ||
+		s.feed != nil && s.queue.len() == 0 // the feed has more for the emptied queue
 	return out, nil, more
 }
 

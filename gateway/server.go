@@ -36,6 +36,11 @@ type Options struct {
 	MaxTopicLevels    int           // levels of a topic name or filter; 0 = 64
 	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 1024
 	MaxSubscriptions  int           // per session; 0 = 500
+	// The retained store's bound (retained.go): topics, and bytes (topic,
+	// payload and 512 per message); a new topic beyond it is not
+	// retained. 0 = 100,000 and 64 MiB.
+	MaxRetainedMessages int
+	MaxRetainedBytes    int64
 
 	AllowAnonymous bool
 	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
@@ -64,6 +69,10 @@ func (o Options) withDefaults() Options {
 	def(&o.MaxTopicLevels, 64)
 	def(&o.MaxTopicLength, 1024)
 	def(&o.MaxSubscriptions, 500)
+	def(&o.MaxRetainedMessages, 100_000)
+	if o.MaxRetainedBytes <= 0 {
+		o.MaxRetainedBytes = 64 << 20
+	}
 	if o.MaxInflight > 65535 {
 		o.MaxInflight = 65535
 	}
@@ -134,11 +143,14 @@ type Server struct {
 
 	subs     *topics.Tree[subscription]
 	retained *topics.Retained[*Message]
-	reg      registry
-	sinks    sinkSet
-	tarpit   tarpit       // slows password guessing per source address
-	state    *store.Store // nil: memory only (persist.go)
-	origins  originIDs    // bridges' inbound QoS 2 ids (exactlyonce.go)
+	// retainedCount and retainedBytes are the retained store's size
+	// against its bound; changed under the store's lock (retained.go).
+	retainedCount, retainedBytes atomic.Int64
+	reg                          registry
+	sinks                        sinkSet
+	tarpit                       tarpit       // slows password guessing per source address
+	state                        *store.Store // nil: memory only (persist.go)
+	origins                      originIDs    // bridges' inbound QoS 2 ids (exactlyonce.go)
 
 	shareMu sync.Mutex
 	shareRR map[string]uint32 // round-robin position per shared group+filter
@@ -229,12 +241,29 @@ func (s *Server) Publish(m *Message) error {
 // the position of the state record to wait for (0: none).
 func (s *Server) retain(m *Message) uint64 {
 	hd := m.held
+	kept := false
 	s.retained.Update(m.Topic, func(old *Message, had bool) (*Message, bool) {
+		if len(m.Payload) == 0 {
+			s.retainedChange(old, had, nil, false)
+			kept = had
+			return nil, false // deleted [MQTT-3.3.1-6], [MQTT-3.3.1-10](3.1.1)
+		}
+		if !had && !s.retainFits(m) {
+			s.stats.retainedRefused.Add(1)
+			return nil, false // the store is full: routed, not retained
+		}
+		if had {
+			s.retainedChange(old, true, m, true)
+		}
 		if hd != nil { // put back if m is refused (hold.go)
 			hd.retained, hd.prev, hd.hadPrev = true, old, had
 		}
-		return m, len(m.Payload) > 0 // empty: deleted [MQTT-3.3.1-6], [MQTT-3.3.1-10](3.1.1)
+		kept = true
+		return m, true
 	})
+	if !kept {
+		return 0
+	}
 	return s.persistRetain(m)
 }
 

@@ -65,6 +65,8 @@ type session struct {
 	// on a subscriber that stopped draining.
 	waiters    []*keep
 	stallTimer *time.Timer // armed only while waiters exist
+
+	feed *retainedFeed // retained messages still to queue (retained.go)
 }
 
 func newSession(srv *Server, id string) *session {
@@ -150,6 +152,9 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, sh
 	if subIDs != nil {
 		subIDs = append([]uint32(nil), subIDs...) // the routing buffer is reused
 	}
+	if s.feed != nil {
+		s.feed.live[m.Topic] = struct{}{} // its retained message is older now (retained.go)
+	}
 	q := queued{msg: m, qos: qos, retain: retain, subIDs: subIDs, share: share}
 	s.persistQueued(&q, h)
 	s.queue.push(q)
@@ -203,6 +208,7 @@ func (s *session) release() []*keep {
 		s.srv.subs.Remove(treeFilter(it.filter), treeKey(s.id, it.group))
 	}
 	s.subs = subList{}
+	s.feed = nil
 	if s.expiryTimer != nil {
 		s.expiryTimer.Stop()
 		s.expiryTimer = nil
