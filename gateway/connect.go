@@ -256,6 +256,16 @@ func (c *client) acceptWill(cp *packet.Connect) error {
 // attachAndAck attaches the connection to its session (taking it over from
 // another connection if need be) and queues the CONNACK.
 func (c *client) attachAndAck(cp *packet.Connect, expiry time.Duration, ackProps packet.Properties) error {
+	if old := c.srv.reg.connected(c.id, c.username); old != nil {
+		// What the old connection already received decides first: a
+		// DISCONNECT with Session Expiry 0 that came just before this
+		// CONNECT ends the session, and this one must not resume it.
+		if old.drainBeforeAttach(min(c.srv.opts.ConnectTimeout, takeoverDrainMax)) &&
+			CloseReason(old.reason.Load()) == CloseTakenOver {
+			c.srv.stats.takeovers.Add(1) // it left the session for this takeover
+			c.logf(slog.LevelInfo, "session taken over")
+		}
+	}
 	c.wmu.Lock()
 	c.connecting = true // from here a takeover waits for the CONNACK (closeWith)
 	c.wmu.Unlock()
