@@ -123,13 +123,17 @@ func (c *client) authenticate(cp *packet.Connect) error {
 		return c.refuse(packet.BadUsernameOrPassword, "no auth.password_file: a user name cannot be checked")
 	}
 	if o.Authenticator != nil && (cp.UsernameFlag || !o.AllowAnonymous) {
+		if r, ok := o.Authenticator.(recentLogins); ok && cp.PasswordFlag && r.Recent(c.username, cp.Password) &&
+			o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN) == nil {
+			return nil // the right password, verified lately: nothing to slow down (tarpit.go)
+		}
 		host := hostOf(c.conn.RemoteAddr())
-		wait, busy := c.srv.tarpit.admit(host, time.Now())
+		wait, busy := c.srv.tarpit.admit(host, c.username, time.Now())
 		if busy {
 			return c.refuse(packet.ServerBusy, "too many failed logins from "+host)
 		}
 		if wait > 0 && !c.sleep(wait) {
-			c.srv.tarpit.abandoned(host)
+			c.srv.tarpit.abandoned(host, c.username)
 			c.setReason(CloseShutdown)
 			return errClosed
 		}

@@ -120,6 +120,12 @@ type Authenticator interface {
 	ChecksPasswords() bool
 }
 
+// recentLogins is an Authenticator that remembers the credentials it
+// verified lately (auth.Files): a login with one skips the tarpit.
+type recentLogins interface {
+	Recent(username string, password []byte) bool
+}
+
 // Authorizer decides per topic what an authenticated client may do.
 type Authorizer interface {
 	CanPublish(username, clientID, topic string) bool
