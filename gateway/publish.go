@@ -23,11 +23,20 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		c.in.open.Add(1)
 	}
 	if p.Topic != "" && !o.topicFits(p.Topic) {
-		// Before a topic alias can keep it. v5: PUBACK/PUBREC 0x90;
-		// 3.1.1: acknowledged and dropped, as a denied publish.
+		// Before a topic alias can keep it. Refused where the client
+		// sees it: v5 QoS 1/2 PUBACK/PUBREC 0x90; v5 QoS 0 has no ack:
+		// DISCONNECT 0x90; 3.1.1 has no negative ack: closed without one,
+		// so a publisher does not take it for delivered.
 		c.srv.stats.deny(deniedTopicLimit)
-		c.logf(slog.LevelDebug, "publish topic over the limits", "levels", strings.Count(p.Topic, "/")+1, "bytes", len(p.Topic))
-		return c.ack(p, packet.TopicNameInvalid)
+		levels, bytes := strings.Count(p.Topic, "/")+1, len(p.Topic)
+		if c.version == packet.V5 && p.QoS > 0 {
+			c.logf(slog.LevelDebug, "publish topic over the limits", "levels", levels, "bytes", bytes)
+			return c.ack(p, packet.TopicNameInvalid)
+		}
+		c.logf(slog.LevelInfo, "publish topic over the limits; closing", "levels", levels, "bytes", bytes,
+			"max_levels", o.MaxTopicLevels, "max_bytes", o.MaxTopicLength)
+		c.closeWith(CloseTopicLimit, packet.TopicNameInvalid)
+		return packet.Errorf(packet.TopicNameInvalid, "topic of %d levels, %d bytes: over the limits", levels, bytes)
 	}
 	if c.version == packet.V5 && p.Props.Has(packet.PropTopicAlias) {
 		a := p.Props.TopicAlias

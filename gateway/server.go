@@ -34,7 +34,7 @@ type Options struct {
 	TopicAliasMaximum uint16        // inbound aliases accepted from v5 clients; 0 = 64
 	SysInterval       time.Duration // $SYS update period; 0 = 10s
 	MaxTopicLevels    int           // levels of a topic name or filter; 0 = 64
-	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 1024
+	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 65535 (MQTT's own maximum)
 	MaxSubscriptions  int           // per session; 0 = 500
 	// The retained store's bound (retained.go): topics, and bytes (topic,
 	// payload and 512 per message); a new topic beyond it is not
@@ -67,7 +67,7 @@ func (o Options) withDefaults() Options {
 	def(&o.MaxInflight, 32)
 	def(&o.MaxQueuedMessages, 1000)
 	def(&o.MaxTopicLevels, 64)
-	def(&o.MaxTopicLength, 1024)
+	def(&o.MaxTopicLength, 65535)
 	def(&o.MaxSubscriptions, 500)
 	def(&o.MaxRetainedMessages, 100_000)
 	if o.MaxRetainedBytes <= 0 {

@@ -346,7 +346,7 @@ func Default() Config {
 			MemoryBudget:        64 * MiB,
 			GCPercent:           DefaultGCPercent,
 			MaxTopicLevels:      64,
-			MaxTopicLength:      1024,
+			MaxTopicLength:      65535,
 			MaxSubscriptions:    500,
 			MaxRetainedMessages: 100_000,
 			MaxRetainedBytes:    64 * MiB,
