@@ -65,6 +65,10 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	if err := c.authenticate(cp); err != nil {
 		return err
 	}
+	if w := c.srv.refusals.wait(c.id, time.Now()); w > 0 && !c.sleep(w) { // closed not_stored a moment ago (ack.go)
+		c.setReason(CloseShutdown)
+		return errClosed
+	}
 	expiry := c.connectExpiry(cp)
 	if err := c.negotiateKeepAlive(cp, &ackProps); err != nil {
 		return err

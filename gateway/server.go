@@ -161,6 +161,8 @@ type Server struct {
 	shareMu sync.Mutex
 	shareRR map[string]uint32 // round-robin position per shared group+filter
 
+	refusals refusalPace // 3.1.1 publishers closed not_stored: their next CONNACK waits (ack.go)
+
 	queuedBytes atomic.Int64 // all queued payload bytes (memory budget)
 	subBytes    atomic.Int64 // estimated topic tree memory of all subscriptions (memory budget; limits.go)
 	conns       atomic.Int64 // open network connections
