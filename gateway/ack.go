@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
 )
@@ -43,6 +44,7 @@ type keeper struct {
 	k    *keep
 	pos  uint64  // highest state-store record the acknowledgement waits for (persist.go)
 	from *client // the reader routing its client's PUBLISH; nil for other routers (writer.go)
+	hold *hold   // the message's copies wait for the verdicts it counts (hold.go)
 }
 
 // statePositioner is a deferrer whose message already has a state record
@@ -230,6 +232,58 @@ func (c *client) notKept(qos byte, id uint16, topic string, err error) error {
 		c.ackID(qos, id, packet.ImplementationSpecificError)
 		return nil
 	}
+	c.srv.refusals.closed(c.id, time.Now())
 	c.closeWith(CloseNotStored, 0)
 	return fmt.Errorf("publish %q not stored: %w", topic, err)
+}
+
+// refusalPace paces a 3.1.1 publisher closed because its message was not
+// kept: it sends the message again on its next connection, and a client
+// that reconnects at once would be refused and closed hundreds of times a
+// second while the disk stays full. Its next CONNACK (by client id) waits
+// until refusalPause after that close, on its own reader. A pause before
+// the close would do the same but hold the refused message's place in the
+// ack order and the reader with it; pacing the reconnect holds nothing.
+type refusalPace struct {
+	mu sync.Mutex
+	at map[string]time.Time // client id -> when it was closed not_stored
+}
+
+const (
+	refusalPause = time.Second
+	refusalMax   = 4096 // client ids remembered; past it, those older than the pause go
+)
+
+func (p *refusalPace) closed(id string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at == nil {
+		p.at = make(map[string]time.Time)
+	}
+	if len(p.at) >= refusalMax {
+		for k, t := range p.at {
+			if now.Sub(t) >= refusalPause {
+				delete(p.at, k)
+			}
+		}
+		if len(p.at) >= refusalMax {
+			return
+		}
+	}
+	p.at[id] = now
+}
+
+// wait is how long a CONNECT with client id waits before its CONNACK.
+func (p *refusalPace) wait(id string, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.at[id]
+	if !ok {
+		return 0
+	}
+	if left := refusalPause - now.Sub(t); left > 0 {
+		return left
+	}
+	delete(p.at, id)
+	return 0
 }

@@ -77,3 +77,31 @@ func TestAsyncSinkNotStored(t *testing.T) {
 		testutil.Eventually(t, 5*time.Second, "close counted", func() bool { return closes(b, "not_stored") == 1 })
 	})
 }
+
+// TestRefusedPublisherReconnectsPaced: a 3.1.1 publisher whose message is
+// not kept is closed without an ack (so it sends the message again); one
+// that reconnects at once and sends it again is answered its CONNACK only
+// a second after that close, so a client that retries without a pause
+// costs one refusal a second, not hundreds.
+func TestRefusedPublisherReconnectsPaced(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	sink := &failingSink{}
+	if err := b.srv.AddSink("spool", "#", sink); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { b.stop(); sink.wg.Wait() }() // the broker first: its readers may still add to wg
+	start := time.Now()
+	attempts := 0
+	for time.Since(start) < 2*time.Second {
+		rc, _ := rawConnect(t, b.addr, packet.V311, "eager", false, nil)
+		rc.send(&packet.Publish{QoS: 1, PacketID: 1, Topic: "t", Payload: []byte("x")})
+		if got := rc.expectClose(10 * time.Second); len(got) != 0 {
+			t.Fatalf("got %v, want the close without an ack", types(got))
+		}
+		attempts++
+	}
+	t.Logf("2 s of immediate reconnects after each refusal: %d refused, %d closed not_stored", attempts, closes(b, "not_stored"))
+	if attempts > 4 {
+		t.Fatalf("%d refusals in 2 s: reconnects are not paced", attempts)
+	}
+}

@@ -79,6 +79,8 @@ type client struct {
 
 	readDone  chan struct{} // made by a takeover waiting for the reader; closed when it ends
 	readEnded bool
+	leftDone  chan struct{} // made by a takeover waiting for the session to be left; closed after detach
+	left      bool
 	takenOver atomic.Bool // a takeover shut the read side (drainForTakeover)
 
 	reason   atomic.Int32 // first CloseReason wins
@@ -155,6 +157,7 @@ func (c *client) serve(ctx context.Context) error {
 		}
 		c.srv.reg.detach(c, c.sess, will, c.willDelay)
 	}
+	c.sessionLeft()
 	if c.rs != nil {
 		putRstate(c.rs)
 		c.rs = nil

@@ -19,6 +19,7 @@ const (
 	CloseNotAuthorized                // CONNECT refused
 	CloseShutdown                     // the server is stopping
 	CloseNotStored                    // a 3.1.1 message a bridge spool could not keep: no ack, closed so it is resent
+	CloseTopicLimit                   // a PUBLISH topic over limits.max_topic_length or max_topic_levels (3.1.1, or v5 QoS 0)
 	numCloseReasons
 )
 
@@ -36,6 +37,7 @@ var closeReasonNames = [...]string{
 	CloseNotAuthorized:    "not_authorized",
 	CloseShutdown:         "shutdown",
 	CloseNotStored:        "not_stored",
+	CloseTopicLimit:       "topic_limit",
 }
 
 func (r CloseReason) String() string {

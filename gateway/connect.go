@@ -65,6 +65,10 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	if err := c.authenticate(cp); err != nil {
 		return err
 	}
+	if w := c.srv.refusals.wait(c.id, time.Now()); w > 0 && !c.sleep(w) { // closed not_stored a moment ago (ack.go)
+		c.setReason(CloseShutdown)
+		return errClosed
+	}
 	expiry := c.connectExpiry(cp)
 	if err := c.negotiateKeepAlive(cp, &ackProps); err != nil {
 		return err
@@ -123,13 +127,17 @@ func (c *client) authenticate(cp *packet.Connect) error {
 		return c.refuse(packet.BadUsernameOrPassword, "no auth.password_file: a user name cannot be checked")
 	}
 	if o.Authenticator != nil && (cp.UsernameFlag || !o.AllowAnonymous) {
+		if r, ok := o.Authenticator.(recentLogins); ok && cp.PasswordFlag && r.Recent(c.username, cp.Password) &&
+			o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN) == nil {
+			return nil // the right password, verified lately: nothing to slow down (tarpit.go)
+		}
 		host := hostOf(c.conn.RemoteAddr())
-		wait, busy := c.srv.tarpit.admit(host, time.Now())
+		wait, busy := c.srv.tarpit.admit(host, c.username, time.Now())
 		if busy {
 			return c.refuse(packet.ServerBusy, "too many failed logins from "+host)
 		}
 		if wait > 0 && !c.sleep(wait) {
-			c.srv.tarpit.abandoned(host)
+			c.srv.tarpit.abandoned(host, c.username)
 			c.setReason(CloseShutdown)
 			return errClosed
 		}
@@ -256,6 +264,16 @@ func (c *client) acceptWill(cp *packet.Connect) error {
 // attachAndAck attaches the connection to its session (taking it over from
 // another connection if need be) and queues the CONNACK.
 func (c *client) attachAndAck(cp *packet.Connect, expiry time.Duration, ackProps packet.Properties) error {
+	if old := c.srv.reg.connected(c.id, c.username); old != nil {
+		// What the old connection already received decides first: a
+		// DISCONNECT with Session Expiry 0 that came just before this
+		// CONNECT ends the session, and this one must not resume it.
+		if old.drainBeforeAttach(min(c.srv.opts.ConnectTimeout, takeoverDrainMax)) &&
+			CloseReason(old.reason.Load()) == CloseTakenOver {
+			c.srv.stats.takeovers.Add(1) // it left the session for this takeover
+			c.logf(slog.LevelInfo, "session taken over")
+		}
+	}
 	c.wmu.Lock()
 	c.connecting = true // from here a takeover waits for the CONNACK (closeWith)
 	c.wmu.Unlock()

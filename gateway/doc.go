@@ -48,6 +48,8 @@
 //	                  member when a member's session ends
 //	sink.go           sinks: in-process consumers (a bridge's spool)
 //	ack.go            the deferred acknowledgement
+//	hold.go           a message that can still be refused is withheld from
+//	                  its subscribers until its verdict
 //	inbound.go        a publisher's incoming flows: the v5 Receive Maximum
 //	                  count, the inbound QoS 2 packet ids (a resent PUBLISH
 //	                  is not delivered twice)
@@ -64,6 +66,8 @@
 //	persist.go        writing the state store; restore.go reading it back
 //	authz.go          authorization on delivery; refusal counters
 //	limits.go         topic and subscription limits
+//	retained.go       the retained store's bound; a SUBSCRIBE's retained
+//	                  messages fed into the queue as it drains
 //	tarpit.go         slowing down password guessing
 //	stats.go          counters, Stats, $SYS; sys.go $SYS subscriptions
 //	clients.go        the status page's list of clients
@@ -101,11 +105,13 @@
 //
 // Locks are taken top down, never bottom up. A lock with nothing indented
 // below it is a leaf (nothing is taken while it is held), as is every lock
-// not listed (keep.mu, shareMu, watchMu, the tarpit's, the sinks' tree).
+// not listed (keep.mu, hold.mu, shareMu, watchMu, the tarpit's, the sinks'
+// tree).
 //
 //	registry.mu             the sessions by client id (registry.go)
-//	  topics.Retained       read-locked while SUBSCRIBE queues retained
-//	                        messages (subscribe.go)
+//	  topics.Retained       read-locked while SUBSCRIBE collects retained
+//	                        messages (subscribe.go); never taken under a
+//	                        session.mu
 //	    session.mu          one session at a time; no I/O under it
 //	      topics.Tree, store.Store, session.reads.mu
 //	client.amu              a publisher's ack slots (ack.go); never taken

@@ -34,7 +34,10 @@ func (s *Server) subscriptionFits(filter string) bool {
 // stored; mosquitto refuses more than 200 levels, the defaults here are
 // tighter for a 512 MiB board (docs/security.md). A level limit bounds one
 // filter, not many: max_subscriptions bounds a session's count (1,000
-// distinct 64-level, 1 KB filters held 23.5 MiB of heap).
+// distinct 64-level, 1 KB filters held 23.5 MiB of heap). The byte limit
+// defaults to MQTT's own maximum: a long name's bytes are bounded by the
+// packet size, the queues' and the retained store's byte limits, and a
+// filter's by its estimated memory (subCost) in the memory budget.
 
 // topicFits reports whether a topic name is within the limits.
 func (o *Options) topicFits(name string) bool {

@@ -31,6 +31,10 @@ type Message struct {
 	// message that entered through a bridge. It drives no-local and the
 	// bridges' loop prevention.
 	Origin string
+
+	// held is set, before the message is routed, when its verdict can
+	// still refuse it: no copy leaves a queue until then (hold.go).
+	held *hold
 }
 
 // OriginSys is the Origin of the broker's own $SYS reports (and the

@@ -102,12 +102,18 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.needResend = s.unsent > 0
 	}
 	var taken int64
+	s.feedQueue() // retained messages of a SUBSCRIBE, as the queue has room (retained.go)
 	for s.queue.len() > 0 && taken < maxBytes {
 		var q queued
-		if f := s.queue.front(); f.qos > 0 && len(s.inflight) >= window {
+		if f := s.queue.front(); f.msg.withheld() {
+			break // its verdict is not in: nothing overtakes it (hold.go)
+		} else if f.qos > 0 && len(s.inflight) >= window {
 			// The window gates only QoS 1/2: QoS 0 messages queued behind
 			// a waiting one still go out (field report 000, principle 1).
 			var ok bool
+			if z := s.queue.firstQoS0(); z == nil || z.msg.withheld() {
+				break
+			}
 			if q, ok = s.queue.removeFirstQoS0(); !ok {
 				break
 			}
@@ -115,6 +121,13 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 			q = s.queue.pop()
 		}
 		taken += q.msg.size()
+		if q.msg.refused() {
+			// Refused after it was queued here (a shared copy handed on):
+			// its publisher was told it was not kept.
+			s.charge(-q.msg.size())
+			s.unstore(q)
+			continue
+		}
 		if q.msg.expired(now) {
 			s.charge(-q.msg.size())
 			s.unstore(q)
@@ -145,7 +158,8 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.persistSent(q, id)
 		out = append(out, outgoing{q: q, id: id})
 	}
-	more = s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window)
+	more = s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window) ||
+		s.feed != nil && s.queue.len() == 0 // the feed has more for the emptied queue
 	return out, nil, more
 }
 

@@ -44,7 +44,12 @@ func (s *Server) waitState(m *Message, h *keeper) error {
 	}
 	if k := h.get(); k != nil {
 		k.left.Add(1)
-		s.state.WhenDurable(h.pos, func(err error) { k.finish("state", err) })
+		hd := h.hold
+		hd.add()
+		s.state.WhenDurable(h.pos, func(err error) {
+			hd.done(err, nil) // the copies go, or are taken back, before the ack
+			k.finish("state", err)
+		})
 		return nil
 	}
 	if err := s.state.Wait(h.pos); err != nil {

@@ -23,11 +23,20 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		c.in.open.Add(1)
 	}
 	if p.Topic != "" && !o.topicFits(p.Topic) {
-		// Before a topic alias can keep it. v5: PUBACK/PUBREC 0x90;
-		// 3.1.1: acknowledged and dropped, as a denied publish.
+		// Before a topic alias can keep it. Refused where the client
+		// sees it: v5 QoS 1/2 PUBACK/PUBREC 0x90; v5 QoS 0 has no ack:
+		// DISCONNECT 0x90; 3.1.1 has no negative ack: closed without one,
+		// so a publisher does not take it for delivered.
 		c.srv.stats.deny(deniedTopicLimit)
-		c.logf(slog.LevelDebug, "publish topic over the limits", "levels", strings.Count(p.Topic, "/")+1, "bytes", len(p.Topic))
-		return c.ack(p, packet.TopicNameInvalid)
+		levels, bytes := strings.Count(p.Topic, "/")+1, len(p.Topic)
+		if c.version == packet.V5 && p.QoS > 0 {
+			c.logf(slog.LevelDebug, "publish topic over the limits", "levels", levels, "bytes", bytes)
+			return c.ack(p, packet.TopicNameInvalid)
+		}
+		c.logf(slog.LevelInfo, "publish topic over the limits; closing", "levels", levels, "bytes", bytes,
+			"max_levels", o.MaxTopicLevels, "max_bytes", o.MaxTopicLength)
+		c.closeWith(CloseTopicLimit, packet.TopicNameInvalid)
+		return packet.Errorf(packet.TopicNameInvalid, "topic of %d levels, %d bytes: over the limits", levels, bytes)
 	}
 	if c.version == packet.V5 && p.Props.Has(packet.PropTopicAlias) {
 		a := p.Props.TopicAlias
@@ -64,13 +73,15 @@ func (c *client) handlePublish(p *packet.Publish) error {
 		c.logf(slog.LevelDebug, "publish not authorized", "topic", p.Topic)
 		return c.ack(p, packet.NotAuthorized)
 	}
-	m := &Message{
-		Topic:   p.Topic,
-		Payload: p.Payload, // the decoder gives each packet its own buffer
-		QoS:     p.QoS,
-		Retain:  p.Retain,
-		Origin:  c.id,
+	var m *Message
+	if p.QoS > 0 {
+		m = newHeldMessage() // with room for its hold (hold.go)
+	} else {
+		m = new(Message)
 	}
+	m.Topic = p.Topic
+	m.Payload = p.Payload // the decoder gives each packet its own buffer
+	m.QoS, m.Retain, m.Origin = p.QoS, p.Retain, c.id
 	if c.version == packet.V5 {
 		m.Props = passThrough(&p.Props)
 		if p.Props.Has(packet.PropMessageExpiry) {

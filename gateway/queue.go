@@ -68,6 +68,19 @@ func (d *deque) pop() queued {
 	return q
 }
 
+// firstQoS0 returns the oldest QoS 0 entry, or nil.
+func (d *deque) firstQoS0() *queued {
+	if d.qos0 == 0 {
+		return nil
+	}
+	for i := 0; i < d.size; i++ {
+		if q := &d.buf[(d.head+i)%len(d.buf)]; q.qos == 0 {
+			return q
+		}
+	}
+	return nil
+}
+
 // removeFirstQoS0 removes the oldest QoS 0 entry and returns it.
 func (d *deque) removeFirstQoS0() (queued, bool) {
 	if d.qos0 == 0 {
@@ -90,6 +103,31 @@ func (d *deque) removeFirstQoS0() (queued, bool) {
 		return q, true
 	}
 	return queued{}, false
+}
+
+// remove takes out, in place and keeping the order of the rest, every
+// entry match reports, calling gone for each.
+func (d *deque) remove(match func(*queued) bool, gone func(queued)) {
+	n := 0
+	for i := 0; i < d.size; i++ {
+		q := d.buf[(d.head+i)%len(d.buf)]
+		if match(&q) {
+			if q.qos == 0 {
+				d.qos0--
+			}
+			gone(q)
+			continue
+		}
+		d.buf[(d.head+n)%len(d.buf)] = q
+		n++
+	}
+	for i := n; i < d.size; i++ {
+		d.buf[(d.head+i)%len(d.buf)] = queued{}
+	}
+	d.size = n
+	if n == 0 {
+		d.head = 0
+	}
 }
 
 // each calls fn for every entry, oldest first.

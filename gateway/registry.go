@@ -31,6 +31,20 @@ type attachResult struct {
 	notOwner bool
 }
 
+// connected returns the connection holding the session of id, if user may
+// take it over (attach's ownership rule); nil otherwise.
+func (r *registry) connected(id, user string) *client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[id]
+	if s == nil || (!s.ownerUnknown && s.owner != user) {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn
+}
+
 // attach gives c the session for id. cleanStart discards an existing
 // session; otherwise an existing one is resumed. A connection still owning
 // the session loses it first (takeover). expiry is the session expiry the

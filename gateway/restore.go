@@ -30,7 +30,8 @@ func (s *Server) Restore(st *store.State) RestoreResult {
 	s.origins.restore(st.Origins)
 	for i := range st.Retained {
 		m := fromStore(&st.Retained[i])
-		s.retained.Set(m.Topic, m)
+		s.retained.Set(m.Topic, m) // all of it: the bound refuses new topics, it drops nothing kept
+		s.retainedChange(nil, false, m, true)
 		res.Retained++
 	}
 	now := time.Now()

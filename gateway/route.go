@@ -136,6 +136,9 @@ func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matche
 		s.stats.received.Add(1)
 	}
 	h := keeper{d: d, from: from}
+	if m.QoS > 0 && (s.state != nil || s.sinks.active()) {
+		h.hold = armHold(s, m) // something may still refuse it: its copies wait (hold.go)
+	}
 	if m.Retain {
 		h.pos = s.retain(m)
 	}
@@ -210,6 +213,7 @@ func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matche
 	}
 	r.reset()
 	routingPool.Put(r)
+	h.hold.done(sinkErr, &h) // the router's guard: decides unless a verdict is still to come
 	if h.k != nil {
 		if sinkErr != nil {
 			h.k.mu.Lock()

@@ -34,9 +34,14 @@ type Options struct {
 	TopicAliasMaximum uint16        // inbound aliases accepted from v5 clients; 0 = 64
 	SysInterval       time.Duration // $SYS update period; 0 = 10s
 	MaxTopicLevels    int           // levels of a topic name or filter; 0 = 64
-	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 1024
+	MaxTopicLength    int           // bytes of a topic name or filter; 0 = 65535 (MQTT's own maximum)
 	MaxSubscriptions  int           // per session; 0 = 500
 	ShutdownGrace     time.Duration // at a stop, how long a persistent session's client may take to acknowledge what it was sent (drain.go); 0 = 1s
+	// The retained store's bound (retained.go): topics, and bytes (topic,
+	// payload and 512 per message); a new topic beyond it is not
+	// retained. 0 = 100,000 and 64 MiB.
+	MaxRetainedMessages int
+	MaxRetainedBytes    int64
 
 	AllowAnonymous bool
 	Authenticator  Authenticator // nil: anyone (subject to AllowAnonymous)
@@ -63,8 +68,12 @@ func (o Options) withDefaults() Options {
 	def(&o.MaxInflight, 32)
 	def(&o.MaxQueuedMessages, 1000)
 	def(&o.MaxTopicLevels, 64)
-	def(&o.MaxTopicLength, 1024)
+	def(&o.MaxTopicLength, 65535)
 	def(&o.MaxSubscriptions, 500)
+	def(&o.MaxRetainedMessages, 100_000)
+	if o.MaxRetainedBytes <= 0 {
+		o.MaxRetainedBytes = 64 << 20
+	}
 	if o.MaxInflight > 65535 {
 		o.MaxInflight = 65535
 	}
@@ -115,6 +124,12 @@ type Authenticator interface {
 	ChecksPasswords() bool
 }
 
+// recentLogins is an Authenticator that remembers the credentials it
+// verified lately (auth.Files): a login with one skips the tarpit.
+type recentLogins interface {
+	Recent(username string, password []byte) bool
+}
+
 // Authorizer decides per topic what an authenticated client may do.
 type Authorizer interface {
 	CanPublish(username, clientID, topic string) bool
@@ -138,14 +153,19 @@ type Server struct {
 
 	subs     *topics.Tree[subscription]
 	retained *topics.Retained[*Message]
-	reg      registry
-	sinks    sinkSet
-	tarpit   tarpit       // slows password guessing per source address
-	state    *store.Store // nil: memory only (persist.go)
-	origins  originIDs    // bridges' inbound QoS 2 ids (exactlyonce.go)
+	// retainedCount and retainedBytes are the retained store's size
+	// against its bound; changed under the store's lock (retained.go).
+	retainedCount, retainedBytes atomic.Int64
+	reg                          registry
+	sinks                        sinkSet
+	tarpit                       tarpit       // slows password guessing per source address
+	state                        *store.Store // nil: memory only (persist.go)
+	origins                      originIDs    // bridges' inbound QoS 2 ids (exactlyonce.go)
 
 	shareMu sync.Mutex
 	shareRR map[string]uint32 // round-robin position per shared group+filter
+
+	refusals refusalPace // 3.1.1 publishers closed not_stored: their next CONNACK waits (ack.go)
 
 	queuedBytes atomic.Int64 // all queued payload bytes (memory budget)
 	subBytes    atomic.Int64 // estimated topic tree memory of all subscriptions (memory budget; limits.go)
@@ -232,10 +252,29 @@ func (s *Server) Publish(m *Message) error {
 // retain applies a PUBLISH's retain flag to the retained store. It returns
 // the position of the state record to wait for (0: none).
 func (s *Server) retain(m *Message) uint64 {
-	if len(m.Payload) == 0 {
-		s.retained.Delete(m.Topic) // [MQTT-3.3.1-6], [MQTT-3.3.1-10](3.1.1)
-	} else {
-		s.retained.Set(m.Topic, m)
+	hd := m.held
+	kept := false
+	s.retained.Update(m.Topic, func(old *Message, had bool) (*Message, bool) {
+		if len(m.Payload) == 0 {
+			s.retainedChange(old, had, nil, false)
+			kept = had
+			return nil, false // deleted [MQTT-3.3.1-6], [MQTT-3.3.1-10](3.1.1)
+		}
+		if !had && !s.retainFits(m) {
+			s.stats.retainedRefused.Add(1)
+			return nil, false // the store is full: routed, not retained
+		}
+		if had {
+			s.retainedChange(old, true, m, true)
+		}
+		if hd != nil { // put back if m is refused (hold.go)
+			hd.retained, hd.prev, hd.hadPrev = true, old, had
+		}
+		kept = true
+		return m, true
+	})
+	if !kept {
+		return 0
 	}
 	return s.persistRetain(m)
 }

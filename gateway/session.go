@@ -68,6 +68,8 @@ type session struct {
 	// on a subscriber that stopped draining.
 	waiters    []*keep
 	stallTimer *time.Timer // armed only while waiters exist
+
+	feed *retainedFeed // retained messages still to queue (retained.go)
 }
 
 func newSession(srv *Server, id string) *session {
@@ -153,6 +155,9 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, sh
 	if subIDs != nil {
 		subIDs = append([]uint32(nil), subIDs...) // the routing buffer is reused
 	}
+	if s.feed != nil {
+		s.feed.live[m.Topic] = struct{}{} // its retained message is older now (retained.go)
+	}
 	q := queued{msg: m, qos: qos, retain: retain, subIDs: subIDs, share: share}
 	s.persistQueued(&q, h)
 	s.queue.push(q)
@@ -162,8 +167,9 @@ func (s *session) deliver(m *Message, qos byte, retain bool, subIDs []uint32, sh
 	high := 2*s.queue.len() >= o.MaxQueuedMessages || 2*s.queuedBytes >= o.MaxQueuedBytes
 	congested = high && s.writerBehind()
 	wait = flow && high
+	withheld := m.held != nil && m.held.join(s) // woken by its verdict (hold.go)
 	s.mu.Unlock()
-	if c != nil {
+	if c != nil && !withheld {
 		h.wake(c, queued) // a routing reader may flush it inline (writer.go)
 	}
 	return congested, wait
@@ -206,6 +212,7 @@ func (s *session) release() []*keep {
 		s.srv.subs.Remove(treeFilter(it.filter), treeKey(s.id, it.group))
 	}
 	s.subs = subList{}
+	s.feed = nil
 	if s.expiryTimer != nil {
 		s.expiryTimer.Stop()
 		s.expiryTimer = nil

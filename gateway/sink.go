@@ -104,8 +104,13 @@ func (ss *sinkSet) deliver(m *Message, h *keeper) (int, error) {
 		if as, ok := e.sink.(AsyncSink); ok {
 			if k := h.get(); k != nil {
 				k.left.Add(1)
+				hd := h.hold
+				hd.add()
 				name := e.name
-				as.AcceptAsync(m, func(err error) { k.finish(name, err) })
+				as.AcceptAsync(m, func(err error) {
+					hd.done(err, nil) // the copies go, or are taken back, before the ack
+					k.finish(name, err)
+				})
 				continue
 			}
 			// Nobody waits for this message's verdict (QoS 0, wills,

@@ -45,9 +45,12 @@ type counters struct {
 	slowConsumers atomic.Int64 // subscribers that stalled under flow control
 	authFailures  atomic.Int64 // CONNECTs refused for a bad user name or password
 	notStored     atomic.Int64 // QoS 1/2 messages a sink could not keep: not acknowledged
-	closes        [numCloseReasons]atomic.Int64
-	writers       atomic.Int64 // writer goroutines started (writer.go; tests)
-	denied        [numDenials]atomic.Int64
+	// retained messages for a new topic not retained: the store was at
+	// its bound (retained.go)
+	retainedRefused atomic.Int64
+	closes          [numCloseReasons]atomic.Int64
+	writers         atomic.Int64 // writer goroutines started (writer.go; tests)
+	denied          [numDenials]atomic.Int64
 }
 
 func (c *counters) drop(r dropReason) { c.drops[r].Add(1) }
@@ -64,6 +67,8 @@ type Stats struct {
 	SubscriptionBytes    int64 // estimated topic tree memory of all subscriptions (counted in the memory budget)
 	Inflight             int64
 	Retained             int
+	RetainedBytes        int64 // the retained messages' topic and payload bytes, plus 512 each
+	RetainedRefused      int64 // retained messages for a new topic not retained: the store was at its bound
 	Subscriptions        int
 	MessagesReceived     int64
 	MessagesSent         int64
@@ -88,6 +93,8 @@ func (s *Server) Stats() Stats {
 		QueuedBytes:       s.queuedBytes.Load(),
 		SubscriptionBytes: s.subBytes.Load(),
 		Retained:          s.retained.Len(),
+		RetainedBytes:     s.retainedBytes.Load(),
+		RetainedRefused:   s.stats.retainedRefused.Load(),
 		Subscriptions:     s.subs.Len(),
 		MessagesReceived:  s.stats.received.Load(),
 		MessagesSent:      s.stats.sent.Load(),

@@ -4,7 +4,6 @@ package gateway
 
 import (
 	"log/slog"
-	"time"
 
 	"github.com/edgegw/edgegw/gateway/packet"
 )
@@ -91,20 +90,22 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 	// the SUBACK leads, and a client that has seen its SUBACK gets the
 	// retained messages before anything published after it.
 	c.queueCtrlQuiet(ctrlItem{p: &packet.Suback{PacketID: p.PacketID, ReasonCodes: codes}})
-	now := time.Now()
+	// The retained messages go to the session's feed, which queues them
+	// as the queue drains (retained.go); authorization and expiry are
+	// checked as each leaves the queue, as for live ones.
+	if len(sends) > 0 {
+		c.sess.startFeed()
+	}
 	for _, rs := range sends {
-		var ids []uint32
+		b := retainedBatch{qos: rs.sub.qos}
 		if rs.sub.subID != 0 {
-			ids = []uint32{rs.sub.subID}
+			b.subIDs = []uint32{rs.sub.subID}
 		}
-		c.srv.retained.Match(rs.filter, func(_ string, m *Message) {
-			if az := o.Authorizer; az != nil && !c.sess.mayRead(az, m.Topic) {
-				c.srv.stats.deny(deniedDelivery) // checked per message, as live ones
-				return
-			}
-			// Retained sends never hold the subscriber itself (no flow control).
-			c.sess.deliver(m, min(m.QoS, rs.sub.qos), true, ids, "", now, nil) // retain flag set: 5.0 §3.3.1.3, [MQTT-3.3.1-8](3.1.1)
-		})
+		c.srv.retained.Match(rs.filter, func(_ string, m *Message) { b.msgs = append(b.msgs, m) })
+		c.sess.addFeed(c, b)
+	}
+	if len(sends) > 0 {
+		c.sess.addFeed(c, retainedBatch{}) // ends a feed with nothing to send
 	}
 	c.kick()
 	return nil

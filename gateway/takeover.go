@@ -17,29 +17,62 @@ import (
 // the new connection longer; the caller then closes it outright). On transports without a half close
 // (WebSocket, serial) it does nothing: the takeover closes as before.
 func (c *client) drainForTakeover(wait time.Duration) {
-	cr, ok := tcpConn(c.conn)
-	if !ok {
-		return
-	}
 	c.wmu.Lock()
 	if c.readDone == nil {
 		c.readDone = make(chan struct{})
 	}
 	done, ended := c.readDone, c.readEnded
 	c.wmu.Unlock()
-	if ended {
-		return
+	if !ended {
+		c.shutRead(done, wait)
+	}
+}
+
+// drainBeforeAttach is drainForTakeover before the new connection takes
+// the session, waiting until c has left it: a DISCONNECT the old
+// connection already received (with Session Expiry 0: the session ends)
+// is handled before the takeover decides whether there is a session to
+// resume. It reports whether c left the session within wait.
+func (c *client) drainBeforeAttach(wait time.Duration) bool {
+	c.wmu.Lock()
+	if c.leftDone == nil {
+		c.leftDone = make(chan struct{})
+	}
+	done, left := c.leftDone, c.left
+	c.wmu.Unlock()
+	return left || c.shutRead(done, wait)
+}
+
+// shutRead shuts c's read side and waits for done, at most wait. It
+// reports whether done came; false at once without a TCP socket.
+func (c *client) shutRead(done <-chan struct{}, wait time.Duration) bool {
+	cr, ok := tcpConn(c.conn)
+	if !ok {
+		return false
 	}
 	c.takenOver.Store(true) // the end of stream it is about to read is the takeover's
 	if cr.CloseRead() != nil {
-		return
+		return false
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
 	case <-t.C:
+		return false
 	}
+}
+
+// sessionLeft marks the connection detached from its session and wakes a
+// takeover waiting for it.
+func (c *client) sessionLeft() {
+	c.wmu.Lock()
+	c.left = true
+	if c.leftDone != nil {
+		close(c.leftDone)
+	}
+	c.wmu.Unlock()
 }
 
 // readerEnded marks the reader finished and wakes a takeover waiting for it.

@@ -261,3 +261,41 @@ func TestPubrelOnTakenOverConnection(t *testing.T) {
 		t.Fatalf("%d of 30 acknowledged QoS 2 messages never delivered (PUBCOMP from a taken-over connection)", lost)
 	}
 }
+
+// TestDisconnectBeforeTakeoverEndsSession: an MQTT 5 client whose
+// DISCONNECT sets Session Expiry 0 and that reconnects at once gets
+// Session Present 0, also when its new CONNECT is read while the old
+// connection's reader is still busy with what came before the DISCONNECT:
+// what the old connection had already received decides the session before
+// the takeover does. 50 runs, none may resume.
+func TestDisconnectBeforeTakeoverEndsSession(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	const runs = 50
+	resumed := 0
+	for i := range runs {
+		id := fmt.Sprintf("expiry-zero-%d", i)
+		old, _ := rawConnect(t, b.addr, packet.V5, id, true, withExpiry(300))
+		old.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "t/" + id, QoS: 1})
+		// Work ahead of the DISCONNECT keeps the old reader busy while the
+		// new CONNECT arrives.
+		var burst []byte
+		for j := range 200 {
+			burst, _ = packet.Append(burst, &packet.Publish{Topic: "busy/" + id, Payload: []byte(fmt.Sprint(j))}, packet.V5)
+		}
+		d := &packet.Disconnect{}
+		d.Props.SessionExpiry = 0
+		d.Props.Set(packet.PropSessionExpiry)
+		burst, _ = packet.Append(burst, d, packet.V5)
+		if err := old.write(burst); err != nil {
+			t.Fatal(err)
+		}
+		_, ack := rawConnect(t, b.addr, packet.V5, id, false, withExpiry(300))
+		if ack.SessionPresent {
+			resumed++
+		}
+		rawConnect(t, b.addr, packet.V5, id, true, nil) // ends the session for good
+	}
+	if resumed > 0 {
+		t.Fatalf("%d of %d reconnects after DISCONNECT with session expiry 0 resumed the session", resumed, runs)
+	}
+}

@@ -15,24 +15,24 @@ func TestTarpitSchedule(t *testing.T) {
 	var tp tarpit
 	t0 := time.Unix(1_000_000, 0)
 	const h = "10.0.0.9"
-	if w, busy := tp.admit(h, t0); w != 0 || busy {
+	if w, busy := tp.admit(h, "alice", t0); w != 0 || busy {
 		t.Fatalf("first attempt waits %v busy %v", w, busy)
 	}
 	tp.failed(h, "alice", t0)
 	for range 2 {
-		tp.admit(h, t0)
+		tp.admit(h, "alice", t0)
 		tp.failed(h, "alice", t0)
 	}
 	// 3 failures: penalty 400 ms; the host's next slot is already set by
 	// the last failure (t0 + 400 ms).
-	w1, _ := tp.admit(h, t0)
-	w2, _ := tp.admit(h, t0)
+	w1, _ := tp.admit(h, "alice", t0)
+	w2, _ := tp.admit(h, "alice", t0)
 	if w1 != 400*time.Millisecond || w2 != 800*time.Millisecond {
 		t.Fatalf("parallel attempts wait %v and %v, want 400ms and 800ms", w1, w2)
 	}
-	tp.abandoned(h)
-	tp.abandoned(h)
-	if w, _ := tp.admit("10.0.0.10", t0); w != 0 {
+	tp.abandoned(h, "alice")
+	tp.abandoned(h, "alice")
+	if w, _ := tp.admit("10.0.0.10", "alice", t0); w != 0 {
 		t.Fatalf("another host waits %v", w)
 	}
 	for range 20 {
@@ -40,18 +40,18 @@ func TestTarpitSchedule(t *testing.T) {
 	}
 	busy := false
 	for i := 0; i < 10 && !busy; i++ {
-		_, busy = tp.admit(h, t0)
+		_, busy = tp.admit(h, "alice", t0)
 	}
 	if !busy {
 		t.Fatalf("a queue past %v is not answered busy", tarpitQueueMax)
 	}
 	tp.succeeded(h, "alice")
 	later := t0.Add(time.Hour)
-	if w, busy := tp.admit(h, later); w != 0 || busy {
+	if w, busy := tp.admit(h, "alice", later); w != 0 || busy {
 		t.Fatalf("after alice's success: wait %v busy %v", w, busy)
 	}
 	tp.failed(h, "bob", later)
-	if w, _ := tp.admit(h, later.Add(tarpitForget+time.Second)); w != 0 {
+	if w, _ := tp.admit(h, "bob", later.Add(tarpitForget+time.Second)); w != 0 {
 		t.Fatalf("after %v of silence: wait %v", tarpitForget, w)
 	}
 }
@@ -90,7 +90,7 @@ func TestTarpitSpacesFirstBurst(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	admitted := 0
 	for range 1000 {
-		if w, busy := tp.admit("10.0.0.9", t0); w == 0 && !busy {
+		if w, busy := tp.admit("10.0.0.9", "bob", t0); w == 0 && !busy {
 			admitted++
 		}
 	}
@@ -109,14 +109,57 @@ func TestTarpitSuccessClearsOnlyItsUser(t *testing.T) {
 	var waited time.Duration
 	for i := range 50 {
 		now := t0.Add(time.Duration(i) * time.Second)
-		w, _ := tp.admit("10.0.0.9", now) // a guess at bob's password
+		w, _ := tp.admit("10.0.0.9", "bob", now) // a guess at bob's password
 		waited += w
 		tp.failed("10.0.0.9", "bob", now)
-		w, _ = tp.admit("10.0.0.9", now) // the attacker's own valid login
+		w, _ = tp.admit("10.0.0.9", "mallory", now) // the attacker's own valid login
 		waited += w
 		tp.succeeded("10.0.0.9", "mallory")
 	}
-	if waited < 50*tarpitBase*4 {
+	if waited < 50*tarpitBase*2 {
 		t.Fatalf("50 wrong guesses, interleaved with a valid login, cost %v of tarpit in all", waited)
+	}
+}
+
+// TestTarpitLanes: guesses at one user's password from an address do not
+// slow another user's login from it; guesses spread over more user names
+// than an address has lanes share one lane and are slowed there.
+func TestTarpitLanes(t *testing.T) {
+	var tp tarpit
+	t0 := time.Unix(1_000_000, 0)
+	const h = "127.0.0.1"
+	for range 20 {
+		tp.admit(h, "bob", t0)
+		tp.failed(h, "bob", t0)
+	}
+	if _, busy := tp.admit(h, "bob", t0); !busy {
+		for range 10 {
+			if _, busy = tp.admit(h, "bob", t0); busy {
+				break
+			}
+		}
+		if !busy {
+			t.Fatal("bob's lane is not busy after 20 failures")
+		}
+	}
+	if w, busy := tp.admit(h, "alice", t0); w != 0 || busy {
+		t.Fatalf("alice from the same address waits %v busy %v", w, busy)
+	}
+	tp.succeeded(h, "alice")
+	// Spread over many user names: the first lanes fill, the rest share one.
+	var waited time.Duration
+	for i := range 200 {
+		u := fmt.Sprintf("user%d", i)
+		w, busy := tp.admit(h, u, t0)
+		if !busy {
+			waited += w
+			tp.failed(h, u, t0)
+		}
+	}
+	if n := len(tp.hosts[h].lanes); n > tarpitUsersMax+1 {
+		t.Fatalf("%d lanes kept for one address, want at most %d", n, tarpitUsersMax+1)
+	}
+	if waited < tarpitQueueMax {
+		t.Fatalf("200 guesses over 200 user names cost %v of tarpit in all", waited)
 	}
 }

@@ -2,9 +2,11 @@ package gateway_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // aliceBroker starts a broker whose password file has one user, alice,
@@ -183,4 +186,127 @@ func TestLoginFloodAnsweredServerBusy(t *testing.T) {
 			t.Errorf("%v with the right password during the flood: CONNACK %v (answered %v), want %v", tc.v, code, ok, tc.want)
 		}
 	}
+}
+
+// usersBroker starts a broker whose password file holds each user with
+// the password "<user>-pw".
+func usersBroker(t *testing.T, users ...string) *broker {
+	t.Helper()
+	var lines []byte
+	for _, u := range users {
+		h, err := bcrypt.GenerateFromPassword([]byte(u+"-pw"), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, u+":"+string(h)+"\n"...)
+	}
+	path := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(path, lines, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := &auth.Files{PasswordFile: path}
+	if err := files.Load(); err != nil {
+		t.Fatal(err)
+	}
+	return startBroker(t, gateway.Options{Authenticator: files, Authorizer: files})
+}
+
+// loginFrom connects from the local address from (127.0.0.x) as user with
+// password and returns the CONNACK's code and how long it took; cancel
+// (nil: never) abandons the wait.
+func loginFrom(t *testing.T, addr, from, user, password string, cancel <-chan struct{}) (packet.ReasonCode, time.Duration, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	rc := newRawConn(t, conn, packet.V5)
+	defer rc.close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-cancel:
+			rc.conn.Close()
+		case <-done:
+		}
+	}()
+	start := time.Now()
+	if err := rc.sendErr(&packet.Connect{ProtocolName: "MQTT", Version: packet.V5, CleanStart: true, KeepAlive: 30,
+		UsernameFlag: true, Username: user, PasswordFlag: true, Password: []byte(password)}); err != nil {
+		return 0, 0, err
+	}
+	rc.start()
+	p, err := rc.nextErr(60 * time.Second)
+	if err != nil {
+		return 0, 0, err
+	}
+	ack, ok := p.(*packet.Connack)
+	if !ok {
+		return 0, 0, fmt.Errorf("first packet %T", p)
+	}
+	return ack.ReasonCode, time.Since(start), nil
+}
+
+// TestRightPasswordGetsInDuringFlood: while 32 connections from 127.0.0.1
+// guess bob's password for 5 s, the right password of another user from
+// the same address gets in, whether it logged in before (recent) or not
+// (fresh), and so does a login from 127.0.0.2; the flood's own guesses
+// stay slowed.
+func TestRightPasswordGetsInDuringFlood(t *testing.T) {
+	b := usersBroker(t, "alice", "bob", "carol")
+	if code, _, err := loginFrom(t, b.addr, "127.0.0.1", "carol", "carol-pw", nil); err != nil || code != packet.Success {
+		t.Fatalf("carol before the flood: %v %v", code, err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var guesses atomic.Int64
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, _, err := loginFrom(t, b.addr, "127.0.0.1", "bob", "guess", stop); err == nil {
+					guesses.Add(1)
+				}
+			}
+		}()
+	}
+	failuresBefore := b.srv.Stats().AuthFailures
+	start := time.Now()
+	// Into the flood: the address's penalty is at its cap by now.
+	testutil.Eventually(t, 10*time.Second, "the flood's failures", func() bool { return b.srv.Stats().AuthFailures-failuresBefore >= 7 })
+	type result struct {
+		who  string
+		code packet.ReasonCode
+		took time.Duration
+		err  error
+	}
+	var results []result
+	for _, l := range []struct{ who, from, user string }{
+		{"fresh alice from the flooding address", "127.0.0.1", "alice"},
+		{"recent carol from the flooding address", "127.0.0.1", "carol"},
+		{"fresh alice from another address", "127.0.0.2", "alice"},
+	} {
+		code, took, err := loginFrom(t, b.addr, l.from, l.user, l.user+"-pw", nil)
+		results = append(results, result{l.who, code, took, err})
+	}
+	<-time.After(5*time.Second - time.Since(start)) // the flood's length, not a wait for an event
+	failures := b.srv.Stats().AuthFailures - failuresBefore
+	flood := time.Since(start)
+	close(stop)
+	wg.Wait()
+	for _, r := range results {
+		if r.err != nil || r.code != packet.Success {
+			t.Errorf("%s during the flood: CONNACK %v (%v) after %v, want success", r.who, r.code, r.err, r.took.Round(time.Millisecond))
+		}
+		t.Logf("%s: in after %v", r.who, r.took.Round(time.Millisecond))
+	}
+	t.Logf("flood of %v: %d attempts answered, %d passwords checked and refused (%.1f/s)",
+		flood.Round(100*time.Millisecond), guesses.Load(), failures, float64(failures)/flood.Seconds())
 }

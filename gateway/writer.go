@@ -530,8 +530,15 @@ func (c *client) appendOutgoing(ws *wstate, buf []byte, o *outgoing) []byte {
 			}
 		}
 		// Checked with every property in place, the alias included
-		// [MQTT-3.1.2-24]: a PUBLISH the client cannot take is dropped for
-		// it as if sent (its alias is not recorded: the client never saw it).
+		// [MQTT-3.1.2-24]. A new alias is the broker's own option: when it
+		// is what makes the PUBLISH too large, it goes without one (no
+		// alias recorded). A PUBLISH the client cannot take at all is
+		// dropped for it as if sent.
+		if c.maxOut > 0 && newAlias && packet.Size(p, c.version) > int(c.maxOut) {
+			newAlias = false
+			p.Props.TopicAlias = 0
+			p.Props.Clear(packet.PropTopicAlias)
+		}
 		if c.maxOut > 0 && packet.Size(p, c.version) > int(c.maxOut) {
 			c.dropOutgoing(o)
 			return buf

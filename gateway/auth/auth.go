@@ -98,6 +98,18 @@ func (f *Files) Authenticate(clientID, username string, password []byte, hasPass
 	return nil
 }
 
+// Recent reports whether username logged in with password lately (the
+// verifier's cache of successful checks, keyed by an HMAC: no password is
+// kept): the gateway lets such a login skip the password-guessing tarpit.
+func (f *Files) Recent(username string, password []byte) bool {
+	r := f.cur.Load()
+	if r == nil || f.PasswordFile == "" {
+		return false
+	}
+	hash, ok := r.users[username]
+	return ok && f.ver.recent(username, hash, password)
+}
+
 // dummyHashLike returns, made on first use, a bcrypt hash at the cost of
 // the stored hashes, so a check for an unknown user costs what a known
 // user's does.

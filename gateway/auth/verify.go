@@ -77,6 +77,17 @@ func (v *verifier) check(user string, hash, password []byte) bool {
 	return true
 }
 
+// recent reports whether password was verified for user (against hash)
+// within verifyCacheTTL, without a bcrypt comparison.
+func (v *verifier) recent(user string, hash, password []byte) bool {
+	v.init()
+	k := v.cacheKey(user, hash, password)
+	v.mu.Lock()
+	exp, hit := v.ok[k]
+	v.mu.Unlock()
+	return hit && time.Now().Before(exp)
+}
+
 // compare runs one bcrypt comparison in a verification slot.
 func (v *verifier) compare(hash, password []byte) bool {
 	v.init()

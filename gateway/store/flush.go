@@ -1,8 +1,10 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -80,22 +82,32 @@ func (s *Store) flush(final bool) {
 	size := s.fileSize + int64(len(buf))
 	var snap []byte
 	behind := s.dirty // the file lacks records an earlier failed write dropped
-	if s.failed == nil && s.grp == nil && (s.dirty || size > limit || (final && size > s.md.live+headerSize)) {
+	now := time.Now()
+	// Behind, a snapshot is the only way on, and on a full disk each try
+	// writes the whole live state into the last free blocks: tried again
+	// after a backoff, or at once when the reserve's room would take it.
+	wait := behind && !final && now.Before(s.compactNext) &&
+		!(s.reserveOK && s.md.live+headerSize+reserveSlack <= reserveSize)
+	if s.failed == nil && s.grp == nil && !wait && (s.dirty || size > limit || (final && size > s.md.live+headerSize)) {
 		snap = s.md.snapshot() // covers buf: the model has every appended record
 	}
 	s.mu.Unlock()
 
 	var err error
 	switch {
+	case wait && s.failed == nil:
+		// Appending buf would put later records in the file without the
+		// dropped ones: nothing up to upTo is kept.
+		err = fmt.Errorf("state store: the file lacks records a full disk refused; next snapshot attempt in %v",
+			s.compactNext.Sub(now).Round(time.Millisecond))
 	case snap != nil:
 		if err = s.compact(snap); err != nil && behind {
-			// Appending buf would put later records in the file without
-			// the dropped ones: nothing up to upTo is kept.
-			s.log.Error("state compaction failed; the file still lacks earlier records", "err", err)
+			s.compactFailed(now, err)
 		} else if err != nil {
 			s.log.Error("state compaction failed; appending instead", "err", err)
 			err = s.write(buf, final)
 		} else {
+			s.compacted()
 			s.mu.Lock()
 			s.dirty = false
 			s.mu.Unlock()
@@ -122,8 +134,9 @@ func (s *Store) flush(final bool) {
 				break
 			}
 			if cerr := s.compact(snap); cerr != nil {
-				s.log.Error("state compaction after a full disk failed; the file still lacks the refused records", "err", cerr)
+				s.compactFailed(time.Now(), cerr)
 			} else {
+				s.compacted()
 				s.mu.Lock()
 				s.dirty = false
 				s.mu.Unlock()
@@ -177,7 +190,7 @@ func (s *Store) write(buf []byte, final bool) error {
 			s.dirty = true
 			s.mu.Unlock()
 			err = s.fileErr(err)
-			s.log.Error("state write failed; the change is kept in memory and written by the next compaction", "err", err)
+			s.quiet.log(s.log, slog.LevelError, time.Now(), "state write failed; the change is kept in memory and written by the next compaction", "err", err)
 			return fmt.Errorf("state store: write: %w", err)
 		}
 		s.mu.Lock()
@@ -208,4 +221,58 @@ func (s *Store) fileErr(err error) error {
 		return &os.PathError{Op: pe.Op, Path: filepath.Join(s.opts.Dir, logName), Err: pe.Err}
 	}
 	return err
+}
+
+const (
+	// compactBackoffMin and compactBackoffMax bound the wait between
+	// snapshot attempts while the file lacks records (a full disk):
+	// doubling from the first, so space freed is used within the last.
+	compactBackoffMin = 100 * time.Millisecond
+	compactBackoffMax = 5 * time.Second
+)
+
+// compactFailed records a failed snapshot while the file lacks records:
+// the next attempt backs off. Flusher only.
+func (s *Store) compactFailed(now time.Time, err error) {
+	s.compactionsFailed.Add(1)
+	s.compactBackoff = min(max(2*s.compactBackoff, compactBackoffMin), compactBackoffMax)
+	s.compactNext = now.Add(s.compactBackoff)
+	s.quiet.log(s.log, slog.LevelError, now, "state compaction failed; the file still lacks earlier records, new ones are refused",
+		"err", err, "retry_in", s.compactBackoff)
+}
+
+// compacted ends a full disk's backoff. Flusher only.
+func (s *Store) compacted() {
+	if s.compactBackoff > 0 {
+		s.log.Info("state compaction succeeded; records are kept again", "failed_attempts", s.compactionsFailed.Load())
+	}
+	s.compactBackoff, s.compactNext = 0, time.Time{}
+}
+
+// logLimiter lets a repeated log line through at most once per
+// logQuietFor for each message, with the count of those it held back: a
+// full disk repeats its failures for as long as it stays full, and one
+// line per failure would bury the cause (and, on a shared disk, add to
+// it). Flusher only.
+type logLimiter struct {
+	next map[string]time.Time
+	held map[string]int
+}
+
+const logQuietFor = 30 * time.Second
+
+func (l *logLimiter) log(lg *slog.Logger, level slog.Level, now time.Time, msg string, args ...any) {
+	if l.next == nil {
+		l.next, l.held = make(map[string]time.Time), make(map[string]int)
+	}
+	if now.Before(l.next[msg]) {
+		l.held[msg]++
+		return
+	}
+	if n := l.held[msg]; n > 0 {
+		args = append(args, "repeated", n)
+	}
+	l.held[msg] = 0
+	l.next[msg] = now.Add(logQuietFor)
+	lg.Log(context.Background(), level, msg, args...)
 }

@@ -138,3 +138,86 @@ func TestStateRecoversFromFullDisk(t *testing.T) {
 		t.Fatalf("after reopening: %+v, want session sub with only message %d queued", st.Sessions, seq)
 	}
 }
+
+// TestFullDiskBacksOff: while the disk stays full and the live state is
+// too large for the reserve's room, every record is refused, but the store
+// does not try a snapshot on every flush (each one rewrites the whole live
+// state into the last free blocks) nor log each failure: the attempts back
+// off and the log has a few lines, however many records were refused. Once
+// space is freed a record is kept again.
+func TestFullDiskBacksOff(t *testing.T) {
+	root := mountTmpfs(t, "512k")
+	dir := filepath.Join(root, "state")
+	var logs lockedBuffer
+	s, _, err := Open(Options{Dir: dir, Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Wait(s.SessionPut("sub", SessionMeta{Expiry: time.Hour})); err != nil {
+		t.Fatal(err)
+	}
+	// A live state larger than the reserve's room: no snapshot fits.
+	payload := bytes.Repeat([]byte("q"), 4000)
+	for range 30 {
+		if _, pos := s.QAdd("sub", Entry{Msg: Msg{Topic: "t", Payload: payload}, QoS: 1}); s.Wait(pos) != nil {
+			t.Fatal("refused before the disk was filled")
+		}
+	}
+	filler := filepath.Join(root, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	f.Close()
+	// The log's last page may still take a few records.
+	for i := 0; ; i++ {
+		if _, pos := s.QAdd("sub", Entry{Msg: Msg{Topic: "t", Payload: payload}, QoS: 1}); s.Wait(pos) != nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the disk did not fill")
+		}
+	}
+
+	start := time.Now()
+	refused := 0
+	for time.Since(start) < 3*time.Second {
+		seq, pos := s.QAdd("sub", Entry{Msg: Msg{Topic: "t", Payload: []byte("small")}, QoS: 1})
+		if s.Wait(pos) == nil {
+			t.Fatal("a record was kept on a full disk")
+		}
+		s.QDel("sub", seq) // the gateway takes back what was not kept
+		refused++
+	}
+	failed := s.Stats().CompactionsFailed
+	lines := strings.Count(logs.String(), "\n")
+	t.Logf("3 s of a full disk: %d records refused, %d snapshot attempts failed, %d log lines", refused, failed, lines)
+	if failed > 12 {
+		t.Errorf("%d snapshot attempts in 3 s for %d refused records: no backoff", failed, refused)
+	}
+	if lines > 5 {
+		t.Errorf("%d log lines in 3 s of a full disk, want a few:\n%s", lines, logs.String())
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	// Each Wait is one flush: the store's own pace, no sleeping.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		seq, pos := s.QAdd("sub", Entry{Msg: Msg{Topic: "t", Payload: []byte("after")}, QoS: 1})
+		if s.Wait(pos) == nil {
+			break
+		}
+		s.QDel("sub", seq)
+		if time.Now().After(deadline) {
+			t.Fatal("no record kept within 30 s of space being freed")
+		}
+	}
+}

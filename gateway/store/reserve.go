@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -49,7 +50,7 @@ func (s *Store) ensureReserve() {
 	if err := writeReserve(s.opts.Dir); err != nil {
 		s.reserveOK = false
 		s.reserveNext = time.Now().Add(reserveRetry)
-		s.log.Warn("state reserve could not be created; a full disk may keep new messages refused until there is room", "err", err)
+		s.quiet.log(s.log, slog.LevelWarn, time.Now(), "state reserve could not be created; a full disk may keep new messages refused until there is room", "err", err)
 		return
 	}
 	s.fsyncs.Add(1)

@@ -80,7 +80,11 @@ type Stats struct {
 	SkippedBytes   int64 // their bytes, torn tails included
 	Quarantined    int64 // files moved aside at Open
 	WriteErrors    int64
-	Failed         bool // an fsync failed: nothing written since is promised
+	// CompactionsFailed counts snapshots that could not be written (a
+	// full disk); while the file lacks records they are retried with a
+	// backoff (flush.go).
+	CompactionsFailed int64
+	Failed            bool // an fsync failed: nothing written since is promised
 }
 
 // Store is the durable broker state: an append-only log of changes
@@ -114,6 +118,12 @@ type Store struct {
 	reserveOK   bool      // state.reserve is there; flusher only (or Open)
 	reserveNext time.Time // when a flush may try again to recreate it
 
+	// While the file lacks records (dirty) and snapshots fail, the next
+	// one is tried no sooner than compactNext (flusher only; flush.go).
+	compactNext    time.Time
+	compactBackoff time.Duration
+	quiet          logLimiter // rate of the full disk's log lines (flusher only)
+
 	durable atomic.Uint64 // highest position written (and synced per the mode)
 
 	kick chan struct{}
@@ -121,6 +131,7 @@ type Store struct {
 	wg   sync.WaitGroup
 
 	bytesWritten, recordBytes, records, fsyncs, compactions, writeErrors atomic.Int64
+	compactionsFailed                                                    atomic.Int64
 	skippedRecords, skippedBytes, quarantined                            int64
 }
 
@@ -514,6 +525,7 @@ func (s *Store) Stats() Stats {
 		Fsyncs: s.fsyncs.Load(), Compactions: s.compactions.Load(), LogBytes: s.fileSize + int64(len(s.pending)),
 		LiveBytes: s.md.live + headerSize, SkippedRecords: s.skippedRecords, SkippedBytes: s.skippedBytes,
 		Quarantined: s.quarantined, WriteErrors: s.writeErrors.Load(), Failed: s.failed != nil,
+		CompactionsFailed: s.compactionsFailed.Load(),
 	}
 }
 

@@ -47,6 +47,32 @@ func NewRetained[V any]() *Retained[V] {
 func (r *Retained[V]) Set(topic string, v V) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.set(topic, v)
+}
+
+// Update replaces the value of topic by what fn returns for the current
+// one (had: there is one); fn returning keep false deletes it. fn runs
+// under the store's lock and must not call into the store.
+func (r *Retained[V]) Update(topic string, fn func(old V, had bool) (v V, keep bool)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var old V
+	n := r.find(topic)
+	had := n != nil && n.has
+	if had {
+		old = n.v
+	}
+	v, keep := fn(old, had)
+	switch {
+	case keep:
+		r.set(topic, v)
+	case had:
+		r.delete(n)
+	}
+}
+
+// set is Set under r.mu.
+func (r *Retained[V]) set(topic string, v V) {
 	n := &r.root
 	for rest, last := topic, false; !last; {
 		var lvl string
@@ -101,6 +127,13 @@ func (r *Retained[V]) Delete(topic string) bool {
 	if n == nil || !n.has {
 		return false
 	}
+	r.delete(n)
+	return true
+}
+
+// delete removes n's value and prunes the nodes left empty. Caller holds
+// r.mu; n has a value.
+func (r *Retained[V]) delete(n *rnode[V]) {
 	var zero V
 	n.v, n.has, n.topic = zero, false, ""
 	r.len--
@@ -114,7 +147,6 @@ func (r *Retained[V]) Delete(topic string) bool {
 		r.nodes--
 		n = p
 	}
-	return true
 }
 
 // Len returns the number of stored topics.

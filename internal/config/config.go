@@ -193,6 +193,11 @@ type Limits struct {
 	MaxTopicLength int `mapstructure:"max_topic_length"`
 	// MaxSubscriptions bounds the subscriptions one session holds.
 	MaxSubscriptions int `mapstructure:"max_subscriptions"`
+	// MaxRetainedMessages and MaxRetainedBytes (topic and payload bytes)
+	// bound the retained store: a retained message for a new topic past
+	// either is delivered but not retained (docs/config.md).
+	MaxRetainedMessages int   `mapstructure:"max_retained_messages"`
+	MaxRetainedBytes    int64 `mapstructure:"max_retained_bytes"`
 }
 
 // DerivedMemoryLimit is the memory limit used when MemoryLimit is 0: twice
@@ -372,8 +377,10 @@ func Default() Config {
 			MemoryBudget:        64 * MiB,
 			GCPercent:           DefaultGCPercent,
 			MaxTopicLevels:      64,
-			MaxTopicLength:      1024,
+			MaxTopicLength:      65535,
 			MaxSubscriptions:    500,
+			MaxRetainedMessages: 100_000,
+			MaxRetainedBytes:    64 * MiB,
 		},
 		Sessions:    Sessions{MaxExpiry: 24 * time.Hour},
 		Auth:        Auth{AllowAnonymous: true},

@@ -44,7 +44,8 @@ func TestDefault(t *testing.T) {
 	}
 	want := Limits{MaxConnections: 1024, MaxPacketSize: 1 << 20, ConnectTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, SlowSubscriberAfter: 250 * time.Millisecond, MaxInflight: 32, MaxQueuedMessages: 1000,
-		MaxQueuedBytes: 4 << 20, MemoryBudget: 64 << 20, GCPercent: 50, MaxTopicLevels: 64, MaxTopicLength: 1024, MaxSubscriptions: 500}
+		MaxQueuedBytes: 4 << 20, MemoryBudget: 64 << 20, GCPercent: 50, MaxTopicLevels: 64, MaxTopicLength: 65535, MaxSubscriptions: 500,
+		MaxRetainedMessages: 100_000, MaxRetainedBytes: 64 << 20}
 	if c.Limits != want {
 		t.Errorf("default limits = %+v, want %+v", c.Limits, want)
 	}

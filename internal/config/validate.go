@@ -222,6 +222,10 @@ func (c Config) validateLimits(es *Errors) {
 	if l.MaxSubscriptions < 1 {
 		es.add("limits.max_subscriptions", "must be >= 1 (got %d)", l.MaxSubscriptions)
 	}
+	if l.MaxRetainedMessages < 1 {
+		es.add("limits.max_retained_messages", "must be >= 1 (got %d)", l.MaxRetainedMessages)
+	}
+	positiveSize(es, "limits.max_retained_bytes", l.MaxRetainedBytes)
 	if l.MaxQueuedMessages < 1 {
 		es.add("limits.max_queued_messages", "must be >= 1 (got %d)", l.MaxQueuedMessages)
 	}

@@ -106,7 +106,8 @@ func TestValidate(t *testing.T) {
 				GCPercent: DefaultGCPercent, MaxTopicLength: 65536}
 		}, []string{"limits.max_connections", "limits.max_packet_size", "limits.connect_timeout", "limits.write_timeout",
 			"limits.slow_subscriber_after", "limits.keepalive_max", "limits.server_keepalive", "limits.max_inflight",
-			"limits.max_topic_levels", "limits.max_topic_length", "limits.max_subscriptions", "limits.max_queued_messages",
+			"limits.max_topic_levels", "limits.max_topic_length", "limits.max_subscriptions",
+			"limits.max_retained_messages", "limits.max_retained_bytes", "limits.max_queued_messages",
 			"limits.max_queued_bytes", "limits.memory_budget"}},
 		{"sessions", func(c *Config) { c.Sessions.MaxExpiry = -time.Hour }, []string{"sessions.max_expiry"}},
 		{"no way in", func(c *Config) { c.Auth.AllowAnonymous = false }, []string{"auth.allow_anonymous"}},

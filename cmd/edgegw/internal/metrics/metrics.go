@@ -65,6 +65,10 @@ func collect(w *expo, src Sources) {
 			v(float64(st.Inflight))
 		w.gauge("edgegw_retained_messages", "Retained messages.").
 			v(float64(st.Retained))
+		w.gauge("edgegw_retained_bytes", "Estimated memory of the retained messages: topic and payload bytes plus 512 per message (bounded by limits.max_retained_bytes).").
+			v(float64(st.RetainedBytes))
+		w.counter("edgegw_retained_refused_total", "Retained messages for a new topic not retained: the retained store was at its bound.").
+			v(float64(st.RetainedRefused))
 		w.gauge("edgegw_subscriptions", "Subscriptions in the topic tree.").
 			v(float64(st.Subscriptions))
 		w.counter("edgegw_messages_received_total", "PUBLISH messages accepted.").
