@@ -220,4 +220,3 @@ func TestStatesOfAnUnsyncedRename(t *testing.T) {
 		}
 	}
 }
-
