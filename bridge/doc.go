@@ -15,6 +15,9 @@
 //	loop.go        the owner goroutine: reconnect loop, backoff, protocol choice
 //	uplink.go      one upstream connection, either protocol: serveUplink
 //	send.go        the sender, either protocol
+//	packetsize.go  a PUBLISH's exact size on the wire (max_packet_size)
+//	stuck.go       a message the cloud broker closes the link on, again
+//	               and again: the ERROR line and its hint
 //	ack.go         the acker and ack watchdog, either protocol; completed
 //	flowqueue.go   the flows from the sender to the acker, in send order
 //	window.go      the send window (max_inflight auto)
@@ -40,6 +43,8 @@
 //	                                  re-sent on reconnect
 //	wireid.go                         packet ids on the wire (paho's are
 //	                                  rewritten; paho.golang sends ours)
+//	requestid.go                      SUBSCRIBE and UNSUBSCRIBE ids on
+//	                                  the wire
 //
 // # The session engine (experimental, not wired in yet)
 //

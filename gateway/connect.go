@@ -47,8 +47,11 @@ func v3ConnackCode(code packet.ReasonCode) packet.ReasonCode {
 	}
 }
 
+// handleConnect handles CONNECT, step by step: the client id,
+// authentication, the session expiry, keepalive and limits, the will, then
+// the session and the CONNACK. A step that refuses has answered CONNACK
+// itself (refuse).
 func (c *client) handleConnect(cp *packet.Connect) error {
-	o := &c.srv.opts
 	c.version = cp.Version
 	c.id = cp.ClientID
 	var ackProps packet.Properties
@@ -56,6 +59,28 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	if c.version == packet.V5 && cp.Props.Has(packet.PropAuthMethod) {
 		return c.refuse(packet.BadAuthenticationMethod, "enhanced authentication is not supported")
 	}
+	if err := c.connectClientID(cp, &ackProps); err != nil {
+		return err
+	}
+	if err := c.authenticate(cp); err != nil {
+		return err
+	}
+	expiry := c.connectExpiry(cp)
+	if err := c.negotiateKeepAlive(cp, &ackProps); err != nil {
+		return err
+	}
+	if err := c.negotiateLimits(cp, &ackProps); err != nil {
+		return err
+	}
+	if err := c.acceptWill(cp); err != nil {
+		return err
+	}
+	return c.attachAndAck(cp, expiry, ackProps)
+}
+
+// connectClientID gives a client that sent an empty client id one, where
+// its protocol level allows that, or refuses it.
+func (c *client) connectClientID(cp *packet.Connect, ackProps *packet.Properties) error {
 	if c.id == "" {
 		switch {
 		case c.version == packet.V5:
@@ -68,8 +93,13 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 			return c.refuse(packet.ClientIDNotValid, "empty client id") // [MQTT-3.1.3-8](3.1.1)
 		}
 	}
+	return nil
+}
 
-	// Authentication.
+// authenticate decides whether the client may connect: its certificate, its
+// user name and password (through the tarpit), or anonymously.
+func (c *client) authenticate(cp *packet.Connect) error {
+	o := &c.srv.opts
 	c.username = cp.Username
 	if c.certCN != "" && !cp.UsernameFlag {
 		c.username = c.certCN
@@ -111,8 +141,13 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		}
 		c.srv.tarpit.succeeded(host, c.username)
 	}
+	return nil
+}
 
-	// Session expiry.
+// connectExpiry is the session expiry the client asked for (v5), or what a
+// 3.1/3.1.1 persistent session gets.
+func (c *client) connectExpiry(cp *packet.Connect) time.Duration {
+	o := &c.srv.opts
 	var expiry time.Duration
 	switch {
 	case c.version == packet.V5:
@@ -122,8 +157,14 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 	case !cp.CleanStart:
 		expiry = o.MaxSessionExpiry // 3.1/3.1.1 persistent sessions
 	}
+	return expiry
+}
 
-	// Keepalive.
+// negotiateKeepAlive sets the connection's keepalive: refused over
+// limits.keepalive_max before MQTT 5, told in CONNACK (Server Keep Alive)
+// over 5.
+func (c *client) negotiateKeepAlive(cp *packet.Connect, ackProps *packet.Properties) error {
+	o := &c.srv.opts
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
 	if c.version != packet.V5 && o.MaxKeepAlive > 0 && (c.keepAlive == 0 || c.keepAlive > o.MaxKeepAlive) {
 		// 3.1/3.1.1 cannot be told another keepalive, and a broker that
@@ -146,10 +187,14 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 			ackProps.Set(packet.PropServerKeepAlive)
 		}
 	}
+	return nil
+}
 
-	// Flow control and sizes the client asked for. No packet out is larger
-	// than limits.max_packet_size either ("accepted or sent"): a message a
-	// bridge brought in was never held to it on its way in.
+// negotiateLimits sets the flow control and sizes the client asked for.
+// No packet out is larger than limits.max_packet_size either ("accepted or
+// sent"): a message a bridge brought in was never held to it on its way in.
+func (c *client) negotiateLimits(cp *packet.Connect, ackProps *packet.Properties) error {
+	o := &c.srv.opts
 	if o.MaxPacketSize > 0 {
 		c.maxOut = uint32(o.MaxPacketSize) // at most 256 MiB (internal/config), so it fits
 	}
@@ -182,8 +227,12 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 		ackProps.ReceiveMaximum = uint16(c.in.max)
 		ackProps.Set(packet.PropReceiveMaximum)
 	}
+	return nil
+}
 
-	// Will.
+// acceptWill checks the will (topic limits, ACL) and keeps it.
+func (c *client) acceptWill(cp *packet.Connect) error {
+	o := &c.srv.opts
 	if w := cp.Will; w != nil {
 		if !o.topicFits(w.Topic) {
 			c.srv.stats.deny(deniedTopicLimit)
@@ -201,7 +250,12 @@ func (c *client) handleConnect(cp *packet.Connect) error {
 			}
 		}
 	}
+	return nil
+}
 
+// attachAndAck attaches the connection to its session (taking it over from
+// another connection if need be) and queues the CONNACK.
+func (c *client) attachAndAck(cp *packet.Connect, expiry time.Duration, ackProps packet.Properties) error {
 	c.wmu.Lock()
 	c.connecting = true // from here a takeover waits for the CONNACK (closeWith)
 	c.wmu.Unlock()

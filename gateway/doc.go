@@ -26,35 +26,47 @@
 //
 // # Files
 //
-//	server.go      Server, Options, ServeConn, Run, Publish
-//	client.go      one connection: state, serve, close
-//	writer.go      the writer: control lane, encoding, inline flushes, the
-//	               writer goroutine, its pooled buffers
-//	reader.go      the reader: read loop, idle wait, read errors, the
-//	               pooled read buffer; a plain socket's reads (and the
-//	               inline writes) go through internal/sockio (RawSyscall:
-//	               the runtime's sysmon stays asleep)
-//	connect.go     CONNECT: authentication, limits, will, session, CONNACK
-//	handle.go      every packet after CONNECT; acks, PINGREQ
-//	publish.go     an incoming PUBLISH
-//	subscribe.go   SUBSCRIBE and UNSUBSCRIBE
-//	disconnect.go  DISCONNECT
-//	takeover.go    draining a connection whose session is taken over
-//	route.go       routing a message to subscriptions; wills
-//	sink.go        sinks: in-process consumers (a bridge's spool)
-//	ack.go         the deferred acknowledgement
-//	inbound.go     the v5 Receive Maximum count of a publisher's flows
-//	registry.go    the life of sessions: attach, detach, expiry, wills
-//	session.go     one session: queue, flow control, in-flight window, QoS 2 ids
-//	queue.go       a session's message queue
-//	persist.go     writing the state store; restore.go reading it back
-//	authz.go       authorization on delivery; refusal counters
-//	limits.go      topic and subscription limits
-//	tarpit.go      slowing down password guessing
-//	stats.go       counters, Stats, $SYS; sys.go $SYS subscriptions
-//	clients.go     the status page's list of clients
-//	close.go       close reasons
-//	message.go     Message
+//	server.go         Server, Options, ServeConn, Run, Publish
+//	defaults.go       DefaultOptions: what a zero Options runs with
+//	client.go         one connection: state, serve, close
+//	writer.go         the writer: control lane, encoding, inline flushes,
+//	                  the writer goroutine, its pooled buffers
+//	reader.go         the reader: read loop, idle wait, read errors, the
+//	                  pooled read buffer; a plain socket's reads (and the
+//	                  inline writes) go through internal/sockio (RawSyscall:
+//	                  the runtime's sysmon stays asleep)
+//	connect.go        CONNECT: authentication, limits, will, session, CONNACK
+//	handle.go         every packet after CONNECT; acks, PINGREQ
+//	publish.go        an incoming PUBLISH
+//	subscribe.go      SUBSCRIBE and UNSUBSCRIBE
+//	disconnect.go     DISCONNECT
+//	takeover.go       draining a connection whose session is taken over
+//	route.go          routing a message to subscriptions; wills
+//	share.go          a shared subscription's copies handed to another
+//	                  member when a member's session ends
+//	sink.go           sinks: in-process consumers (a bridge's spool)
+//	ack.go            the deferred acknowledgement
+//	inbound.go        a publisher's incoming flows: the v5 Receive Maximum
+//	                  count, the inbound QoS 2 packet ids (a resent PUBLISH
+//	                  is not delivered twice)
+//	exactlyonce.go    a bridge's inbound QoS 2: its packet id kept with the
+//	                  routing in one state record (PublishExactlyOnce, Release)
+//	registry.go       the life of sessions: attach, detach, expiry, wills
+//	session.go        one session: its queue (deliver), release
+//	outbound.go       a session's in-flight window: what the writer takes
+//	                  (takeSendable), PUBACK, PUBREC, PUBCOMP
+//	flow.go           flow control: publishers' acks waiting for a congested
+//	                  subscriber, the stall guard
+//	subscriptions.go  a session's subscriptions and their topic tree entries
+//	queue.go          a session's message queue
+//	persist.go        writing the state store; restore.go reading it back
+//	authz.go          authorization on delivery; refusal counters
+//	limits.go         topic and subscription limits
+//	tarpit.go         slowing down password guessing
+//	stats.go          counters, Stats, $SYS; sys.go $SYS subscriptions
+//	clients.go        the status page's list of clients
+//	close.go          close reasons
+//	message.go        Message
 //
 // # The route of an incoming PUBLISH
 //
@@ -62,7 +74,7 @@
 //	handle.go     handle dispatches it
 //	publish.go    handlePublish checks it (Receive Maximum, topic limits,
 //	              topic alias, $SYS, ACL); a QoS 2 id is recorded
-//	              (session.go receiveQoS2)
+//	              (inbound.go receiveQoS2)
 //	route.go      routeKept: the retained store (server.go retain,
 //	              persist.go), then
 //	sink.go       the sinks; an asynchronous one makes the acknowledgement
@@ -72,14 +84,15 @@
 //	session.go    its session's queue (deliver; persist.go for a persistent
 //	              session), which wakes that connection's writer (writer.go
 //	              wake: the routing reader flushes it inline once its input
-//	              is drained, or a writer goroutine); under flow control the acknowledgement waits for a
-//	              congested subscriber (addWaiter)
+//	              is drained, or a writer goroutine); under flow control
+//	              the acknowledgement waits for a congested subscriber
+//	              (flow.go addWaiter)
 //	persist.go    waitState: the acknowledgement waits for the state records
 //	ack.go        the verdict: PUBACK/PUBREC now (ackID), or when the last
 //	              sink, record or subscriber has kept it (keep.finish,
 //	              slotDone), in PUBLISH order; notKept if it was not kept
 //	writer.go     the writer sends the acknowledgement (control lane first)
-//	              and each subscriber's writer its copy (session.go
+//	              and each subscriber's writer its copy (outbound.go
 //	              takeSendable)
 //
 // # Lock order

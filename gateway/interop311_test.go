@@ -207,16 +207,26 @@ func TestInterop311RetainedMessages(t *testing.T) {
 // to Topic/C gets the will.
 func TestInterop311WillMessage(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	var in inbox
-	sub, _ := interopConnect(t, b.addr, "myclientid2", false, nil)
-	waitTok(t, sub.Subscribe(suiteTopics[2], 2, in.handle), "subscribe")
-	a, _ := rawConnect(t, b.addr, packet.V311, "myclientid", true, func(cp *packet.Connect) {
-		cp.KeepAlive = 2
-		cp.Will = &packet.Will{Topic: suiteTopics[2], Payload: []byte("client not disconnected")}
+	interopWill(t, b, false, suiteTopics[2], 2, "client not disconnected", func(a *rawClient) {
+		a.close() // [MQTT-3.1.2-8](3.1.1)
 	})
-	a.close() // [MQTT-3.1.2-8](3.1.1)
+}
+
+// interopWill subscribes myclientid2 (clean or not) to topic at QoS 2,
+// connects myclientid with keepalive and a will of payload on topic, lets
+// end end that connection, and checks that the subscriber gets the will.
+func interopWill(t *testing.T, b *broker, clean bool, topic string, keepAlive uint16, payload string, end func(a *rawClient)) {
+	t.Helper()
+	var in inbox
+	sub, _ := interopConnect(t, b.addr, "myclientid2", clean, nil)
+	waitTok(t, sub.Subscribe(topic, 2, in.handle), "subscribe")
+	a, _ := rawConnect(t, b.addr, packet.V311, "myclientid", true, func(cp *packet.Connect) {
+		cp.KeepAlive = keepAlive
+		cp.Will = &packet.Will{Topic: topic, Payload: []byte(payload)}
+	})
+	end(a)
 	testutil.Eventually(t, 10*time.Second, "the will", func() bool { return len(in.all()) == 1 })
-	if m := in.all()[0]; m.payload != "client not disconnected" {
+	if m := in.all()[0]; m.payload != payload {
 		t.Fatalf("got %+v", m)
 	}
 }
@@ -253,7 +263,7 @@ func TestInterop311OfflineMessageQueueing(t *testing.T) {
 	a, _ := interopConnect(t, b.addr, "myclientid", false, nil)
 	waitTok(t, a.Subscribe(suiteWild[5], 2, nil), "subscribe +/+")
 	a.Disconnect(50)
-	testutil.Eventually(t, 10*time.Second, "myclientid offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, "myclientid offline")
 
 	p, present := interopConnect(t, b.addr, "myclientid2", true, nil)
 	if present {
@@ -322,18 +332,9 @@ func TestInterop311OverlappingSubscriptions(t *testing.T) {
 // keepalive 5 and waits 15 s; keepalive 1 is the same rule, faster.
 func TestInterop311Keepalive(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	var in inbox
-	sub, _ := interopConnect(t, b.addr, "myclientid2", true, nil)
-	waitTok(t, sub.Subscribe(suiteTopics[4], 2, in.handle), "subscribe")
-	a, _ := rawConnect(t, b.addr, packet.V311, "myclientid", true, func(cp *packet.Connect) {
-		cp.KeepAlive = 1
-		cp.Will = &packet.Will{Topic: suiteTopics[4], Payload: []byte("keepalive expiry")}
+	interopWill(t, b, true, suiteTopics[4], 1, "keepalive expiry", func(a *rawClient) {
+		a.expectClose(10 * time.Second) // [MQTT-3.1.2-24](3.1.1)
 	})
-	a.expectClose(10 * time.Second) // [MQTT-3.1.2-24](3.1.1)
-	testutil.Eventually(t, 10*time.Second, "the will", func() bool { return len(in.all()) == 1 })
-	if m := in.all()[0]; m.payload != "keepalive expiry" {
-		t.Fatalf("got %+v", m)
-	}
 }
 
 // TestInterop311RedeliveryOnReconnect — suite test

@@ -241,7 +241,7 @@ func TestInterop5OfflineMessageQueueing(t *testing.T) {
 	o, _ := v5conn(t, b, "offline message queueing", true, withExpiry(99999))
 	o.subscribe(1, packet.Properties{}, packet.Subscription{Filter: suiteWild[5], QoS: 2}, markerSub)
 	o.disconnect()
-	testutil.Eventually(t, 10*time.Second, "the session offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, "the session offline")
 	p, _ := v5conn(t, b, "bclient", true, nil)
 	for qos, topic := range suiteTopics[1:4] {
 		p.publishQoS(uint16(qos+1), &packet.Publish{Topic: topic, QoS: byte(qos), Payload: []byte("offline")})
@@ -503,7 +503,7 @@ func TestInterop5PublicationExpiry(t *testing.T) {
 	sub, _ := v5conn(t, b, "bclient", true, withExpiry(99999))
 	sub.subscribe(1, packet.Properties{}, packet.Subscription{Filter: suiteTopics[0], QoS: 2}, markerSub)
 	sub.disconnect()
-	testutil.Eventually(t, 10*time.Second, "the session offline", func() bool { _, d := sessions(b); return d == 1 })
+	waitOneOffline(t, b, "the session offline")
 	a, _ := v5conn(t, b, "aclient", true, nil)
 	expiry := func(secs uint32) packet.Properties {
 		var p packet.Properties

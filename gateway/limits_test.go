@@ -1,6 +1,6 @@
 package gateway_test
 
-// Topic limits (issue 13 point 4): names and filters deeper than
+// Topic limits: names and filters deeper than
 // max_topic_levels or longer than max_topic_length are refused before they
 // reach the topic tree or the retained store.
 
@@ -22,10 +22,10 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// The subscription bomb of issue 13: one SUBSCRIBE of 16 filters of 60,000
-// empty levels (960 KB, under max_packet_size) took the broker's RSS from 9
-// to 359 MiB, and it stayed there after the client left. Now every filter
-// is refused with a SUBACK failure code and nothing is kept.
+// TestLimitsSubscriptionBomb: one SUBSCRIBE of 16 filters of 60,000 empty
+// levels (960 KB, under max_packet_size): every filter is refused with a
+// SUBACK failure code and nothing is kept (such a SUBSCRIBE once took the
+// broker's RSS from 9 to 359 MiB for good).
 func TestLimitsSubscriptionBomb(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
 	before := heapInUse()

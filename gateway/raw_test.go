@@ -296,6 +296,18 @@ func autoAck(rc *rawClient, p packet.Packet) bool {
 	return false
 }
 
+// ackingSubscriber connects a clean session id at level v whose reader
+// acknowledges every message it gets (autoAck, set before the reader
+// starts; the publishes are still queued for the test), subscribed to subs.
+func ackingSubscriber(t testing.TB, addr string, v packet.Version, id string, subs ...packet.Subscription) *rawClient {
+	t.Helper()
+	rc := rawDial(t, addr, v)
+	rc.hook = autoAck
+	rc.connect(&packet.Connect{ClientID: id, CleanStart: true, KeepAlive: 60})
+	rc.subscribe(1, packet.Properties{}, subs...)
+	return rc
+}
+
 // stats helpers.
 func closes(b *broker, reason string) int64 { return b.srv.Stats().Closes[reason] }
 func drops(b *broker, reason string) int64  { return b.srv.Stats().Drops[reason] }

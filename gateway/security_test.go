@@ -1,9 +1,9 @@
 package gateway_test
 
-// Issue 13: access control against hostile clients on the LAN, reproduced
-// with the users and ACL of the issue, with stock mosquitto_pub/sub where
-// the point is about what a client can do, and raw clients where the exact
-// packet matters. docs/security.md points here for each behaviour it states.
+// Access control against hostile clients on the LAN, with three users and
+// an ACL (securityACL), stock mosquitto_pub/sub where the point is about
+// what a client can do, and raw clients where the exact packet matters.
+// docs/security.md points here for each behaviour it states.
 
 import (
 	"bytes"
@@ -25,10 +25,11 @@ import (
 	"github.com/edgegw/edgegw/gateway/store"
 )
 
-// issue13ACL is the ACL of issue 13, plus what the tests' other publishers
-// need: bob may also write shared/# (he publishes the secret), and ops may
-// write into every client's subtree (the marker after an attempted leak).
-const issue13ACL = `# anonymous clients: only the broker's own topics
+// securityACL is an installation's ACL for alice, bob and ops, plus what
+// the tests' other publishers need: bob may also write shared/# (he
+// publishes the secret), and ops may write into every client's subtree
+// (the marker after an attempted leak).
+const securityACL = `# anonymous clients: only the broker's own topics
 topic read $SYS/#
 
 user alice
@@ -46,9 +47,9 @@ topic readwrite clients/#
 pattern readwrite clients/%c/#
 `
 
-var issue13Users = map[string]string{"alice": "alicepw", "bob": "bobpw", "ops": "opspw"}
+var securityUsers = map[string]string{"alice": "alicepw", "bob": "bobpw", "ops": "opspw"}
 
-// secureBroker runs a broker with the issue's password file and ACL;
+// secureBroker runs a broker with securityUsers' password file and securityACL;
 // anonymous clients are allowed only when anon is set.
 func secureBroker(t *testing.T, anon bool) (*broker, *auth.Files) {
 	t.Helper()
@@ -87,7 +88,7 @@ func secureBrokerState(t *testing.T, anon bool, logs *logBuffer, stateDir string
 	t.Helper()
 	dir := t.TempDir()
 	var pw strings.Builder
-	for u, p := range issue13Users {
+	for u, p := range securityUsers {
 		// The lowest bcrypt cost keeps the test fast; the file format and
 		// the check are the ones `edgegw passwd` writes and the broker runs.
 		h, err := bcrypt.GenerateFromPassword([]byte(p), bcrypt.MinCost)
@@ -100,7 +101,7 @@ func secureBrokerState(t *testing.T, anon bool, logs *logBuffer, stateDir string
 	if err := os.WriteFile(files.PasswordFile, []byte(pw.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(files.ACLFile, []byte(issue13ACL), 0o600); err != nil {
+	if err := os.WriteFile(files.ACLFile, []byte(securityACL), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := files.Load(); err != nil {
@@ -130,14 +131,14 @@ func secureBrokerState(t *testing.T, anon bool, logs *logBuffer, stateDir string
 	return startBroker(t, opts), files
 }
 
-// user returns mosquitto client arguments for a user of issue13Users.
-func user(name string) []string { return []string{"-u", name, "-P", issue13Users[name]} }
+// user returns mosquitto client arguments for a user of securityUsers.
+func user(name string) []string { return []string{"-u", name, "-P", securityUsers[name]} }
 
 // login sets a raw CONNECT's credentials.
 func login(name string) func(*packet.Connect) {
 	return func(cp *packet.Connect) {
 		cp.UsernameFlag, cp.Username = true, name
-		cp.PasswordFlag, cp.Password = true, []byte(issue13Users[name])
+		cp.PasswordFlag, cp.Password = true, []byte(securityUsers[name])
 	}
 }
 
@@ -234,7 +235,7 @@ func TestSecurityReloadAppliesToExistingSubscriptions(t *testing.T) {
 		t.Fatalf("got %q", p.Payload)
 	}
 	// The verdict for shared/public/x is cached now; deny it and reload.
-	acl := strings.Replace(issue13ACL, "topic deny shared/secret/#", "topic deny shared/secret/#\ntopic deny shared/public/#", 1)
+	acl := strings.Replace(securityACL, "topic deny shared/secret/#", "topic deny shared/secret/#\ntopic deny shared/public/#", 1)
 	if err := os.WriteFile(files.ACLFile, []byte(acl), 0o600); err != nil {
 		t.Fatal(err)
 	}

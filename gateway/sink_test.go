@@ -1,14 +1,13 @@
 package gateway_test
 
+// The sinks the tests attach (Server.AddSink): one whose verdicts the test
+// releases, one that blocks its caller, one that keeps nothing.
+
 import (
 	"errors"
 	"sync"
-	"testing"
-	"time"
 
 	"github.com/edgegw/edgegw/gateway"
-	"github.com/edgegw/edgegw/gateway/packet"
-	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // heldSink is an AsyncSink whose verdicts the test releases by hand, the
@@ -41,64 +40,40 @@ func (h *heldSink) release(i int, err error) {
 	done(err)
 }
 
-func TestAsyncSinkAcksInOrderWithoutBlocking(t *testing.T) {
-	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	sink := &heldSink{}
-	if err := b.srv.AddSink("cloud", "up/#", sink); err != nil {
-		t.Fatal(err)
-	}
-	rc, _ := rawConnect(t, b.addr, packet.V311, "pub", true, nil)
-	for id := uint16(1); id <= 3; id++ {
-		rc.send(&packet.Publish{Topic: "up/x", QoS: 1, PacketID: id, Payload: []byte("m")})
-	}
-	testutil.Eventually(t, 5*time.Second, "three messages in the sink", func() bool { return sink.count() == 3 })
-
-	// The reader is not blocked: a ping is answered while acks wait.
-	rc.send(&packet.Pingreq{})
-	expect[*packet.Pingresp](t, rc, 5*time.Second)
-	rc.noPacket(100 * time.Millisecond)
-
-	// Verdicts out of order; acks in PUBLISH order (as [MQTT-4.6.0-2] asks of
-	// a client).
-	sink.release(1, nil)
-	rc.noPacket(100 * time.Millisecond)
-	sink.release(0, nil)
-	for id := uint16(1); id <= 2; id++ {
-		if a := expect[*packet.Puback](t, rc, 5*time.Second); a.PacketID != id {
-			t.Fatalf("puback %d, want %d", a.PacketID, id)
-		}
-	}
-	sink.release(2, nil)
-	if a := expect[*packet.Puback](t, rc, 5*time.Second); a.PacketID != 3 {
-		t.Fatalf("puback %d, want 3", a.PacketID)
-	}
+// blockingSink is a synchronous Sink whose Accept waits until the test
+// lets it go, as a sink that waits for a disk flush does (Sink: "Accept may
+// wait"). It blocks the publisher's reader for as long as it waits.
+type blockingSink struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
 }
 
-func TestAsyncSinkNotStored(t *testing.T) {
-	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	sink := &heldSink{}
-	b.srv.AddSink("cloud", "up/#", sink)
+func (s *blockingSink) Accept(*gateway.Message) error {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return nil
+}
 
-	t.Run("v5 gets a negative ack", func(t *testing.T) {
-		rc, _ := rawConnect(t, b.addr, packet.V5, "p5", true, nil)
-		rc.send(&packet.Publish{Topic: "up/x", QoS: 2, PacketID: 9, Payload: []byte("m")})
-		testutil.Eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 1 })
-		sink.release(0, errors.New("disk full"))
-		rec := expect[*packet.Pubrec](t, rc, 5*time.Second)
-		if rec.PacketID != 9 || rec.ReasonCode != packet.ImplementationSpecificError {
-			t.Fatalf("pubrec %+v, want id 9 reason 0x83", rec)
-		}
-	})
-	t.Run("v3 is closed without an ack", func(t *testing.T) {
-		rc, _ := rawConnect(t, b.addr, packet.V311, "p3", true, nil)
-		rc.send(&packet.Publish{Topic: "up/x", QoS: 1, PacketID: 4, Payload: []byte("m")})
-		testutil.Eventually(t, 5*time.Second, "message in the sink", func() bool { return sink.count() == 2 })
-		sink.release(1, errors.New("disk full"))
-		for _, p := range rc.expectClose(5 * time.Second) {
-			if p.Type() == packet.PUBACK {
-				t.Fatal("a message that was not stored was acknowledged")
-			}
-		}
-		testutil.Eventually(t, 5*time.Second, "close counted", func() bool { return closes(b, "not_stored") == 1 })
-	})
+func (s *blockingSink) let() { s.once.Do(func() { close(s.release) }) }
+
+func newBlockingSink() *blockingSink {
+	return &blockingSink{entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+// failingSink keeps nothing: every verdict is an error, from its own
+// goroutine, as a spool's flusher would report a disk failure.
+type failingSink struct{ wg sync.WaitGroup }
+
+func (f *failingSink) Accept(*gateway.Message) error { return errors.New("disk full") }
+
+func (f *failingSink) AcceptAsync(_ *gateway.Message, done func(error)) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		done(errors.New("disk full"))
+	}()
 }

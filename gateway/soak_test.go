@@ -1,9 +1,10 @@
 package gateway_test
 
-// Field report 002 reproducer: a QoS 1 subscriber that never acknowledges
-// and keeps reconnecting with alternating clean and persistent sessions,
-// while a publisher sends as fast as it can. Every bound must hold while it
-// runs, and everything must be released once the clients are gone.
+// The soak: a QoS 1 subscriber that never acknowledges and keeps
+// reconnecting with alternating clean and persistent sessions, while a
+// publisher sends as fast as it can (field report 002). Every bound must
+// hold while it runs, and everything must be released once the clients
+// are gone.
 //
 // EDGEGW_SOAK_DURATION (a Go duration) sets how long each phase runs. The
 // soak runs only when it is set (`make soak-test` sets it to SOAK_DURATION):
@@ -27,7 +28,7 @@ import (
 func soakDuration(t *testing.T) time.Duration {
 	s := os.Getenv("EDGEGW_SOAK_DURATION")
 	if s == "" {
-		// Field report 002's reproducer stays in every go test, short;
+		// The soak stays in every go test, short;
 		// `make soak-test` runs it for minutes.
 		return 2 * time.Second
 	}
@@ -138,7 +139,9 @@ func soakSubscriber(t *testing.T, addr, id string, stop <-chan struct{}, connect
 	}
 }
 
-func TestFieldReport002Soak(t *testing.T) {
+// TestSoakNeverAckingFlappingSubscriber runs the soak (see the top of this
+// file).
+func TestSoakNeverAckingFlappingSubscriber(t *testing.T) {
 	d := soakDuration(t)
 	opts := gateway.Options{
 		AllowAnonymous:    true,

@@ -149,11 +149,7 @@ func TestV5SharedSubscription(t *testing.T) {
 	const n = 40
 	var members []*rawClient
 	for i := range 2 {
-		m := rawDial(t, b.addr, packet.V5)
-		m.hook = autoAck
-		m.connect(&packet.Connect{ClientID: fmt.Sprintf("member%d", i), CleanStart: true, KeepAlive: 60})
-		m.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "$share/g/sh/+", QoS: 1})
-		members = append(members, m)
+		members = append(members, ackingSubscriber(t, b.addr, packet.V5, fmt.Sprintf("member%d", i), packet.Subscription{Filter: "$share/g/sh/+", QoS: 1}))
 	}
 	all := v5Client(t, b, "all", nil)
 	all.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "sh/+"})

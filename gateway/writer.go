@@ -1,6 +1,6 @@
 package gateway
 
-// The write side of a connection (see the package comment in client.go).
+// The write side of a connection (see the package comment in doc.go).
 //
 // Why inline flushes: at sensor rates (issue 16) a writer goroutine started
 // for every message on an otherwise idle connection, and ended right after,

@@ -14,8 +14,8 @@ import (
 
 // TestLowRateWritesInline: at sensor rates a message reaches an idle
 // subscriber, and its acknowledgements reach the publisher, without a
-// writer goroutine started per message (issue 16: start and exit were a
-// third of the broker's CPU at 2,000 msg/s). Each message is sent only
+// writer goroutine started per message (their start and exit were a third
+// of the broker's CPU at 2,000 msg/s). Each message is sent only
 // after the previous one arrived (and its acks were exchanged), so nearly
 // every write finds an idle connection.
 func TestLowRateWritesInline(t *testing.T) {

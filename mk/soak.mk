@@ -27,7 +27,7 @@ soak:
 	SOAK_DURATION=$(SOAK_DURATION) SOAK_BROKERS="$(SOAK_BROKERS)" GO=$(GO) ./soak/run.sh
 
 soak-test:
-	EDGEGW_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -race -count=1 -timeout 0 -run 'TestFieldReport002Soak' -v ./gateway/
+	EDGEGW_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -race -count=1 -timeout 0 -run 'TestSoakNeverAckingFlappingSubscriber' -v ./gateway/
 
 soak-bench:
 	BENCH_DURATION=$(SOAK_DURATION) BENCH_SCENARIOS=slowsub ./bench/run.sh

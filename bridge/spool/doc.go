@@ -7,7 +7,7 @@
 // Head (by lane), Get (a record to send again) and Ack or Drop on the
 // uplink path; Next and Peek read across lanes.
 //
-// # Files
+// # On disk
 //
 // A spool directory holds:
 //

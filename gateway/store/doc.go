@@ -7,7 +7,7 @@
 // and restores from the State that Open returns. It imports only the
 // standard library.
 //
-// # Files
+// # On disk
 //
 // The directory (<persistence.dir>/state) holds:
 //

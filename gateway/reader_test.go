@@ -6,6 +6,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestSplitPacketDoesNotHoldWrites: a publisher whose next packet arrives
@@ -97,5 +98,74 @@ func splitDelivery(t *testing.T, sub, pub *rawClient, qos byte, head, second []b
 	}
 	if p := sub.nextPublish(5 * time.Second); string(p.Payload) != "second" {
 		t.Fatalf("subscriber got %q, want second", p.Payload)
+	}
+}
+
+func TestKeepAlive(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	obs := willObserver(t, b)
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		t.Run(v.String(), func(t *testing.T) {
+			topic := "will/" + t.Name()
+			before := closes(b, "keepalive_timeout")
+			c, _ := rawConnect(t, b.addr, v, "ka-"+v.String(), true, both(withWill(topic, "dead", 0),
+				func(cp *packet.Connect) { cp.KeepAlive = 1 }))
+			start := time.Now()
+			// Silent from here on: no PINGREQ.
+			got := c.expectClose(10 * time.Second)
+			if d := time.Since(start); d < 1*time.Second {
+				t.Errorf("closed after %s, keepalive is 1s (1.5s allowed)", d)
+			}
+			if v == packet.V5 {
+				if len(got) != 1 {
+					t.Fatalf("got %v before close, want DISCONNECT", types(got))
+				}
+				if d, ok := got[0].(*packet.Disconnect); !ok || d.ReasonCode != packet.KeepAliveTimeout {
+					t.Fatalf("got %+v, want DISCONNECT 0x8D", got[0])
+				}
+			}
+			expectWillMsg(t, obs, topic, 10*time.Second)
+			testutil.Eventually(t, 5*time.Second, "keepalive_timeout counted", func() bool {
+				return closes(b, "keepalive_timeout") == before+1
+			})
+		})
+	}
+	t.Run("pings_keep_it_open", func(t *testing.T) {
+		c, _ := rawConnect(t, b.addr, packet.V311, "ka-pinger", true, func(cp *packet.Connect) { cp.KeepAlive = 1 })
+		deadline := time.Now().Add(2500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			c.send(&packet.Pingreq{})
+			expect[*packet.Pingresp](t, c, 5*time.Second)
+			<-time.After(500 * time.Millisecond) // the client's own ping period
+		}
+		c.disconnect()
+	})
+}
+
+func TestConnectTimeout(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, ConnectTimeout: 300 * time.Millisecond})
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		{"nothing", nil},
+		{"partial_connect", []byte{0x10, 12, 0, 4, 'M'}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := closes(b, "connect_timeout")
+			c := rawDial(t, b.addr, packet.V311)
+			if tc.send != nil {
+				if err := c.write(tc.send); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.start()
+			if got := c.expectClose(10 * time.Second); len(got) != 0 {
+				t.Fatalf("got %v", types(got))
+			}
+			testutil.Eventually(t, 5*time.Second, "connect_timeout counted", func() bool {
+				return closes(b, "connect_timeout") == before+1
+			})
+		})
 	}
 }
