@@ -83,7 +83,12 @@ func (s *Spool) flush(final bool) {
 	}
 	// The ID ceiling is fsynced even so: an ack that reaches the disk
 	// must never name an ID that could be handed out again.
-	idsSync := doSync
+	//
+	// In every sync mode, SyncNone too: record IDs are the upstream's
+	// packet ids, and one handed out again after a power cut collides
+	// with a message the upstream has seen. It costs one fsync per
+	// idsReserve/2 IDs (syncIDs does nothing when the file is clean).
+	idsSync := true
 	if covered {
 		// The segments stay unsynced for the next full commit: its fsync
 		// of acks.log comes after theirs.
@@ -330,7 +335,7 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ err
 	s.ackFile = f
 	s.ackSize = int64(len(data))
 	s.ackUnsynced = !doSync
-	s.compactAt = max(ackCompactMin, 4*s.ackSize)
+	s.compactAt = max(s.opts.ackCompactMin, 4*s.ackSize)
 	if err != nil {
 		return true, fmt.Errorf("write acks checkpoint: %w", err)
 	}

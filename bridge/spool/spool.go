@@ -110,6 +110,9 @@ type Options struct {
 	// acks, and how old the last full commit may be. Zero: the defaults.
 	coverGrace  time.Duration
 	coverMaxAge time.Duration
+	// Tests only (crashsim_test.go): the acks.log size above which it is
+	// checkpointed. Zero: ackCompactMin.
+	ackCompactMin int64
 	// Tests only (power_test.go): called after each fsync of a file with
 	// its path and its size before the fsync began (what it covers).
 	synced func(path string, size int64)
@@ -290,6 +293,9 @@ func Open(opts Options) (*Spool, error) {
 	if opts.coverMaxAge <= 0 {
 		opts.coverMaxAge = coverMaxAge
 	}
+	if opts.ackCompactMin <= 0 {
+		opts.ackCompactMin = ackCompactMin
+	}
 	if opts.Sync > SyncNone {
 		return nil, fmt.Errorf("spool: invalid sync mode %d", opts.Sync)
 	}
@@ -325,6 +331,13 @@ func Open(opts Options) (*Spool, error) {
 		return nil, err
 	}
 	s.cover.next = s.nextID
+	// The ceiling Open wrote is durable before the first ID is handed
+	// out: a reader may send a record upstream before its commit's
+	// fsync (with SyncNone, before any), and after a power cut its ID
+	// must not be given to another record (ids.go).
+	if err := s.syncIDs(); err != nil {
+		s.log.Warn("cannot sync the id high-water mark; will retry", "err", err)
+	}
 	s.log.Info("spool opened", "dir", opts.Dir, "messages", s.live, "bytes", s.liveBytes,
 		"segments", len(s.segs), "next_id", uint64(s.nextID), "corrupt_tails", s.corrupt,
 		"skipped", s.skipped, "quarantined", s.quarantined)

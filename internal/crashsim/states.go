@@ -429,3 +429,10 @@ func (t *Trace) Describe(from, to int) string {
 	}
 	return b.String()
 }
+
+// Synced is the state a cut after the first k operations leaves when
+// nothing that was not fsynced reached the disk: a regression test's
+// fixed state.
+func (t *Trace) Synced(k int) State {
+	return t.build(t.point(k), choice{data: map[int]bool{}, torn: -1, how: "only what was fsynced"})
+}
