@@ -228,9 +228,14 @@ type crashWork struct {
 // crashWorkload runs the workload (kind "segments": small segments,
 // rotation and deletion; "acks": out-of-order acks and frequent acks.log
 // checkpoints) and returns what it recorded.
-func crashWorkload(t *testing.T, mode SyncMode, kind string) *crashWork {
+func crashWorkload(t *testing.T, mode SyncMode, kind string, rounds int) *crashWork {
 	t.Helper()
-	dir := t.TempDir()
+	// On tmpfs where there is one: the workload fsyncs often.
+	dir, cleanup, err := crashsim.Scratch(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
 	w := &crashWork{rec: crashsim.NewRecorder(dir), msgs: map[ID]*cutMsg{}, seen: map[ID]int{}}
 	w.opts = Options{Dir: dir, Sync: mode, SyncInterval: time.Millisecond, MaxBytes: 1 << 30, SegmentSize: 1200}
 	if kind == "acks" {
@@ -251,7 +256,7 @@ func crashWorkload(t *testing.T, mode SyncMode, kind string) *crashWork {
 	readerDone := w.reader(s)
 	n := 0
 	var unacked []ID
-	for round := range 36 {
+	for round := range rounds {
 		var wg sync.WaitGroup
 		batch := 2 + rng.IntN(6)
 		for range batch {
@@ -403,7 +408,8 @@ func TestPowerCutStates(t *testing.T) {
 	for _, kind := range []string{"segments", "acks"} {
 		for _, mode := range []SyncMode{SyncAlways, SyncBatch, SyncNone} {
 			t.Run(kind+"/"+mode.String(), func(t *testing.T) {
-				w := crashWorkload(t, mode, kind)
+				// Enough crash points for the states asked for.
+				w := crashWorkload(t, mode, kind, max(36, crashStates(t)/6))
 				tr := w.rec.Trace()
 				scratch, done, err := crashsim.Scratch(t.TempDir())
 				if err != nil {

@@ -73,11 +73,17 @@ func (s State) Hash() [32]byte {
 // choice is one state at a crash point: which of the operations not yet
 // durable reached the disk.
 type choice struct {
-	dirs  int          // the first dirs non-durable directory operations
-	data  map[int]bool // the non-durable data operations kept (trace index)
-	torn  int          // trace index of a write kept torn, or -1
-	keep  int64        // of the torn write: bytes kept
-	zeros bool         // of the torn write: the rest is zeros at its length
+	dirs int // the first dirs non-durable directory operations
+	// The non-durable data operations kept: those in data, or with
+	// upTo >= 0 those up to trace index upTo, or with all every one but
+	// omit (trace index, or -1).
+	data  map[int]bool
+	upTo  int
+	all   bool
+	omit  int
+	torn  int   // trace index of a write kept torn, or -1
+	keep  int64 // of the torn write: bytes kept
+	zeros bool  // of the torn write: the rest is zeros at its length
 	how   string
 }
 
@@ -137,19 +143,44 @@ func (t *Trace) States(o Options) iter.Seq[State] {
 	points := t.crashPoints(o.Max, rng)
 	return func(yield func(State) bool) {
 		left := o.Max
+		seen := make([]map[[32]byte]bool, len(points))
+		var open []int // points with unsynced operations: room for more
 		for i, k := range points {
 			per := left / (len(points) - i)
+			seen[i] = map[[32]byte]bool{}
 			if per == 0 {
 				continue
 			}
 			n := 0
-			for st := range t.statesAt(k, per, o.Sector, rng) {
+			p, more := t.statesAt(k, per, o.Sector, rng, seen[i])
+			for st := range p {
 				if !yield(st) {
 					return
 				}
 				n++
 			}
 			left -= n
+			if more {
+				open = append(open, i)
+			}
+		}
+		// What the points could not fill: random states of random
+		// points that have unsynced operations, until the budget is
+		// spent or new states are hard to find.
+		for miss := 0; left > 0 && len(open) > 0 && miss < 50*o.Max/len(points)+100; {
+			i := open[rng.IntN(len(open))]
+			p := t.point(points[i])
+			st := t.build(p, t.random(p, o.Sector, rng))
+			if h := st.Hash(); seen[i][h] {
+				miss++
+				continue
+			} else {
+				seen[i][h] = true
+			}
+			if !yield(st) {
+				return
+			}
+			left--
 		}
 	}
 }
@@ -160,7 +191,7 @@ func (t *Trace) States(o Options) iter.Seq[State] {
 // the rest.
 func (t *Trace) crashPoints(max int, rng *rand.Rand) []int {
 	n := len(t.Ops)
-	want := max / 4
+	want := max / 2
 	if want < 1 {
 		want = 1
 	}
@@ -189,11 +220,12 @@ func (t *Trace) crashPoints(max int, rng *rand.Rand) []int {
 	return keep
 }
 
-// statesAt yields up to max distinct states of crash point k.
-func (t *Trace) statesAt(k, max, sector int, rng *rand.Rand) iter.Seq[State] {
+// statesAt yields up to max distinct states of crash point k (not in
+// seen, which it adds them to); more reports whether the point has
+// unsynced operations, so random states of it may add more.
+func (t *Trace) statesAt(k, max, sector int, rng *rand.Rand, seen map[[32]byte]bool) (states iter.Seq[State], more bool) {
 	p := t.point(k)
 	return func(yield func(State) bool) {
-		seen := map[[32]byte]bool{}
 		n := 0
 		emit := func(c choice) bool {
 			st := t.build(p, c)
@@ -230,35 +262,28 @@ func (t *Trace) statesAt(k, max, sector int, rng *rand.Rand) iter.Seq[State] {
 				return
 			}
 		}
-	}
+	}, len(p.pending) > 0
 }
 
 // systematic lists the states of a crash point tried first.
 func (t *Trace) systematic(p point, sector int) []choice {
-	all := map[int]bool{}
-	for _, j := range p.data {
-		all[j] = true
-	}
 	out := []choice{
-		{dirs: 0, data: map[int]bool{}, torn: -1, how: "only what was fsynced"},
-		{dirs: len(p.dirs), data: all, torn: -1, how: "everything written (as kill -9 leaves it)"},
+		{dirs: 0, upTo: -1, omit: -1, torn: -1, how: "only what was fsynced"},
+		{dirs: len(p.dirs), upTo: -1, all: true, omit: -1, torn: -1, how: "everything written (as kill -9 leaves it)"},
 	}
 	// In time order: the first i pending operations, the last one torn
 	// if it is a write.
-	dirs, data := 0, map[int]bool{}
+	dirs := 0
 	for i, j := range p.pending {
 		op := t.Ops[j]
 		if op.Kind.dirOp() {
 			dirs++
-		} else {
-			data = clone(data)
-			data[j] = true
 		}
-		out = append(out, choice{dirs: dirs, data: data, torn: -1, how: fmt.Sprintf("the first %d of %d unsynced operations", i+1, len(p.pending))})
+		out = append(out, choice{dirs: dirs, upTo: j, omit: -1, torn: -1, how: fmt.Sprintf("the first %d of %d unsynced operations", i+1, len(p.pending))})
 		if op.Kind == Write {
 			for _, tc := range tears(op, sector) {
 				c := tc
-				c.dirs, c.data, c.torn = dirs, data, j
+				c.dirs, c.upTo, c.omit, c.torn = dirs, j, -1, j
 				c.how = fmt.Sprintf("the first %d of %d unsynced operations, the last %s", i+1, len(p.pending), tc.how)
 				out = append(out, c)
 			}
@@ -266,13 +291,12 @@ func (t *Trace) systematic(p point, sector int) []choice {
 	}
 	// All but one.
 	for _, j := range p.pending {
-		c := choice{dirs: len(p.dirs), data: all, torn: -1}
+		c := choice{dirs: len(p.dirs), upTo: -1, all: true, omit: -1, torn: -1}
 		if t.Ops[j].Kind.dirOp() {
 			c.dirs = slices.Index(p.dirs, j)
 			c.how = fmt.Sprintf("everything but directory operations from #%d (%s %s) on", j, t.Ops[j].Kind, t.Ops[j].Name)
 		} else {
-			c.data = clone(all)
-			delete(c.data, j)
+			c.omit = j
 			c.how = fmt.Sprintf("everything but operation #%d (%s)", j, t.Ops[j].Kind)
 		}
 		out = append(out, c)
@@ -307,7 +331,7 @@ func tears(op Op, sector int) []choice {
 // operations, a random subset of the data operations, perhaps one write
 // of them torn.
 func (t *Trace) random(p point, sector int, rng *rand.Rand) choice {
-	c := choice{dirs: rng.IntN(len(p.dirs) + 1), data: map[int]bool{}, torn: -1}
+	c := choice{dirs: rng.IntN(len(p.dirs) + 1), data: map[int]bool{}, upTo: -1, omit: -1, torn: -1}
 	var writes []int
 	for _, j := range p.data {
 		if rng.IntN(2) == 0 {
@@ -356,7 +380,7 @@ func (t *Trace) build(p point, c choice) State {
 				delete(names, op.Name)
 			}
 		case op.Kind.dataOp():
-			if !p.durable[j] && !c.data[j] {
+			if !p.durable[j] && !c.keeps(j) {
 				continue
 			}
 			b := data[op.Inode]
@@ -390,21 +414,31 @@ func (t *Trace) build(p point, c choice) State {
 	return State{Crash: p.k, Files: files, How: fmt.Sprintf("cut after op %d: %s", p.k, how)}
 }
 
+// resize sets b's length to n, zeros where it grows. Bytes past len(b)
+// within its capacity were never written (a shrink clips the capacity),
+// so they are zeros already.
 func resize(b []byte, n int64) []byte {
 	if n <= int64(len(b)) {
-		return b[:n:n] // a later write must not show through a shared array
+		return b[:n:n]
 	}
-	out := make([]byte, n, n+n/4)
+	if n <= int64(cap(b)) {
+		return b[:n]
+	}
+	out := make([]byte, n, n+n/2)
 	copy(out, b)
 	return out
 }
 
-func clone(m map[int]bool) map[int]bool {
-	out := make(map[int]bool, len(m)+1)
-	for k, v := range m {
-		out[k] = v
+// keeps reports whether the non-durable data operation j reached the
+// disk in c.
+func (c *choice) keeps(j int) bool {
+	switch {
+	case c.all:
+		return j != c.omit
+	case c.upTo >= 0:
+		return j <= c.upTo
 	}
-	return out
+	return c.data[j]
 }
 
 // Describe prints the trace's operations from..to, for a report.
@@ -434,5 +468,5 @@ func (t *Trace) Describe(from, to int) string {
 // nothing that was not fsynced reached the disk: a regression test's
 // fixed state.
 func (t *Trace) Synced(k int) State {
-	return t.build(t.point(k), choice{data: map[int]bool{}, torn: -1, how: "only what was fsynced"})
+	return t.build(t.point(k), choice{upTo: -1, omit: -1, torn: -1, how: "only what was fsynced"})
 }
