@@ -319,6 +319,7 @@ type crashLoss struct {
 	lost    int // messages reported kept, not acked, missing
 	resent  int // messages acked upstream before the cut, back
 	present int
+	path    string // the recovery path Open took (what it repaired)
 }
 
 // check opens the state in dir and returns what breaks a promise.
@@ -329,6 +330,9 @@ func (w *crashWork) check(dir string, st crashsim.State, loss *crashLoss) error 
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
+	rs := s.Stats()
+	loss.path = fmt.Sprintf("tail=%t empty=%t quarantined=%t skipped=%t ackdamage=%t idgap=%t recovered=%t",
+		rs.CorruptTail > 0, rs.EmptySegments > 0, rs.Quarantined > 0, rs.Skipped > 0, rs.AckDamage > 0, rs.IDGap > 0, rs.Recovered > 0)
 	var es []Entry
 	for after := ID(0); ; {
 		got, err := s.Peek(after, 64)
@@ -417,6 +421,7 @@ func TestPowerCutStates(t *testing.T) {
 				}
 				defer done()
 				var worst, lossy, resent, maxResent int
+				paths := map[string]bool{}
 				res, err := crashsim.Explore(tr, crashsim.Options{Max: crashStates(t), Seed: uint64(mode) + 1}, scratch, 10,
 					func(dir string, st crashsim.State) error {
 						var l crashLoss
@@ -426,6 +431,7 @@ func TestPowerCutStates(t *testing.T) {
 							lossy++
 						}
 						resent += l.resent
+						paths[l.path] = true
 						maxResent = max(maxResent, l.resent)
 						return err
 					})
@@ -433,8 +439,8 @@ func TestPowerCutStates(t *testing.T) {
 					t.Fatal(err)
 				}
 				log := "spool-" + kind
-				fmt.Printf("crashsim-result: log=%s mode=%s ops=%d messages=%d states=%d distinct=%d violations=%d lost_max=%d states_with_loss=%d resent_max=%d\n",
-					log, mode, len(tr.Ops), len(w.msgs), res.States, res.Distinct, len(res.Violations), worst, lossy, maxResent)
+				fmt.Printf("crashsim-result: log=%s mode=%s ops=%d messages=%d states=%d distinct=%d paths=%d violations=%d lost_max=%d states_with_loss=%d resent_max=%d\n",
+					log, mode, len(tr.Ops), len(w.msgs), res.States, res.Distinct, len(paths), len(res.Violations), worst, lossy, maxResent)
 				for _, v := range res.Violations {
 					t.Errorf("violation: %v\n%s", v, tr.Describe(v.State.Crash-8, v.State.Crash))
 				}

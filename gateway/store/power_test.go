@@ -163,13 +163,16 @@ func storeWorkload(t *testing.T, mode Sync, rounds int) *storeWork {
 
 // check opens the state in dir and returns what breaks a promise; lost
 // counts the acknowledged changes missing (SyncNone may lose them).
-func (w *storeWork) check(dir string, cut crashsim.State, lost *int) error {
+func (w *storeWork) check(dir string, cut crashsim.State, lost *int, path *string) error {
 	o := w.opts
 	o.Dir = dir
 	s, st, err := Open(o)
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
+	rs := s.Stats()
+	*path = fmt.Sprintf("skipped=%t quarantined=%t rewritten=%t retained=%t sessions=%t",
+		rs.SkippedRecords > 0, rs.Quarantined > 0, rs.Compactions > 0, len(st.Retained) > 0, len(st.Sessions) > 0)
 	strict := w.opts.Sync != SyncNone
 	k := cut.Crash
 	fail := func(format string, a ...any) error {
@@ -308,10 +311,12 @@ func TestPowerCutStates(t *testing.T) {
 			}
 			defer done()
 			worst, lossy := 0, 0
+			paths := map[string]bool{}
 			res, err := crashsim.Explore(tr, crashsim.Options{Max: crashStates(t), Seed: uint64(mode) + 11}, scratch, 10,
 				func(dir string, st crashsim.State) error {
-					lost := 0
-					err := w.check(dir, st, &lost)
+					lost, path := 0, ""
+					err := w.check(dir, st, &lost, &path)
+					paths[path] = true
 					worst = max(worst, lost)
 					if lost > 0 {
 						lossy++
@@ -321,8 +326,8 @@ func TestPowerCutStates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fmt.Printf("crashsim-result: log=state-store mode=%s ops=%d states=%d distinct=%d violations=%d lost_max=%d states_with_loss=%d\n",
-				mode, len(tr.Ops), res.States, res.Distinct, len(res.Violations), worst, lossy)
+			fmt.Printf("crashsim-result: log=state-store mode=%s ops=%d states=%d distinct=%d paths=%d violations=%d lost_max=%d states_with_loss=%d\n",
+				mode, len(tr.Ops), res.States, res.Distinct, len(paths), len(res.Violations), worst, lossy)
 			for _, v := range res.Violations {
 				t.Errorf("violation: %v\n%s", v, tr.Describe(v.State.Crash-8, v.State.Crash))
 			}
