@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -228,7 +229,7 @@ type crashWork struct {
 // crashWorkload runs the workload (kind "segments": small segments,
 // rotation and deletion; "acks": out-of-order acks and frequent acks.log
 // checkpoints) and returns what it recorded.
-func crashWorkload(t *testing.T, mode SyncMode, kind string, rounds int) *crashWork {
+func crashWorkload(t *testing.T, mode SyncMode, kind string, rounds int, plant ...func(*crashsim.Recorder)) *crashWork {
 	t.Helper()
 	// On tmpfs where there is one: the workload fsyncs often.
 	dir, cleanup, err := crashsim.Scratch(t.TempDir())
@@ -237,6 +238,9 @@ func crashWorkload(t *testing.T, mode SyncMode, kind string, rounds int) *crashW
 	}
 	t.Cleanup(cleanup)
 	w := &crashWork{rec: crashsim.NewRecorder(dir), msgs: map[ID]*cutMsg{}, seen: map[ID]int{}}
+	for _, p := range plant {
+		p(w.rec)
+	}
 	w.opts = Options{Dir: dir, Sync: mode, SyncInterval: time.Millisecond, MaxBytes: 1 << 30, SegmentSize: 1200}
 	if kind == "acks" {
 		w.opts.SegmentSize = 16 << 10
@@ -446,5 +450,49 @@ func TestPowerCutStates(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The explorer catches a spool that breaks its own rules: bugs planted
+// through the seam (the fsyncs are recorded as not done) must each
+// produce violations, among them acknowledged messages lost (without
+// its directory fsync the spool also loses its new ids file, and hands
+// ids out again).
+func TestPowerCutStatesCatchPlantedBugs(t *testing.T) {
+	for _, bug := range []struct {
+		name  string
+		plant func(*crashsim.Recorder)
+	}{
+		// A new segment's name is not made durable: the cut loses the
+		// whole file with its acknowledged records.
+		{"no directory fsync", func(r *crashsim.Recorder) { r.DropSyncDir = true }},
+		// Appends acknowledged before their segment's fsync.
+		{"ack before fsync", func(r *crashsim.Recorder) {
+			r.DropSync = func(name string) bool { return strings.HasSuffix(name, segSuffix) }
+		}},
+	} {
+		t.Run(bug.name, func(t *testing.T) {
+			w := crashWorkload(t, SyncBatch, "segments", 12, bug.plant)
+			scratch, done, err := crashsim.Scratch(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer done()
+			res, err := crashsim.Explore(w.rec.Trace(), crashsim.Options{Max: 300, Seed: 5}, scratch, 1000,
+				func(dir string, st crashsim.State) error { return w.check(dir, st, &crashLoss{}) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Violations) == 0 {
+				t.Fatalf("%d states explored, the planted bug went unnoticed", res.States)
+			}
+			i := slices.IndexFunc(res.Violations, func(v crashsim.Violation) bool {
+				return strings.Contains(v.Err.Error(), "acknowledged messages lost")
+			})
+			if i < 0 {
+				t.Fatalf("no acknowledged message lost among %d violations: %v", len(res.Violations), res.Violations[0])
+			}
+			t.Logf("%d violations in %d states, e.g. %v", len(res.Violations), res.States, res.Violations[i])
+		})
 	}
 }
