@@ -401,7 +401,9 @@ func (s *Store) append(r *rec) uint64 {
 		s.mu.Unlock()
 		return g.pos
 	}
-	s.taken++
+	if took {
+		s.taken++ // else a group closed meanwhile: the record is not counted
+	}
 	first := len(s.pending) == 0
 	n := len(s.pending)
 	s.pending = appendRec(s.pending, r)
