@@ -18,7 +18,9 @@ PKG      := ./...
 
 # Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb),
 # mk/soak.mk (make soak), mk/hostile.mk (make hostile: attacks side by side
-# with mosquitto; not part of make test), mk/flaky.mk (make flaky).
+# with mosquitto; not part of make test), mk/flaky.mk (make flaky),
+# mk/crashsim.mk (make crashsim: power-cut crash states of the spool and
+# the state store; make test runs a sample of them).
 -include mk/*.mk
 
 all: build

@@ -4,35 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // logBuf collects a spool's log lines for assertions.
 type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuf) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	testutil.LogBuffer
 }
 
 // line returns the first log line at level that contains every part.
@@ -56,7 +39,7 @@ func (l *logBuf) line(level string, parts ...string) string {
 func openLog(t *testing.T, opts Options) (*Spool, *logBuf) {
 	t.Helper()
 	lb := &logBuf{}
-	opts.Logger = lb.logger()
+	opts.Logger = lb.Logger()
 	if opts.SyncInterval == 0 {
 		opts.SyncInterval = 1e6
 	}
@@ -83,7 +66,7 @@ func flip(t *testing.T, path string, off int64) {
 // (IDs as in testMsg) and that each is intact.
 func checkEntries(t *testing.T, es []Entry, want []ID) {
 	t.Helper()
-	if fmt.Sprint(entryIDs(es)) != fmt.Sprint(want) {
+	if !slices.Equal(entryIDs(es), want) {
 		t.Fatalf("entries %v\nwant %v", entryIDs(es), want)
 	}
 	for _, e := range es {

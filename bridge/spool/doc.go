@@ -93,8 +93,9 @@
 //     has been acked upstream by then (waited for briefly when the last
 //     window was acked in time) skips the fsync: a covered commit
 //     (covered.go, Stats.CoveredCommits).
-//   - SyncNone: at once; the spool never fsyncs except on Close, the OS
-//     decides.
+//   - SyncNone: at once; the spool never fsyncs a record except on Close,
+//     the OS decides (but the ids file, see below, is fsynced in every
+//     mode).
 //
 // Append blocks its caller for that wait, so one goroutine gets at most one
 // message per window through it. AppendAsync returns after the write and
@@ -106,9 +107,14 @@
 // ErrClosed; only an AppendAsync called after Close gets ErrClosed.
 //
 // Every fsync is done by one flusher goroutine, never under the spool's
-// lock: the ids file if it changed, each segment written since the last
+// lock: the ids file if it changed (in every sync mode: an ID must never
+// be handed out twice, ids.go), each segment written since the last
 // flush, the directory if a segment was created (so its name survives),
-// then acks.log. Stats.BytesWritten and Stats.Syncs count every byte
+// then acks.log. Open fsyncs the ids file it wrote before it returns.
+// Every file operation goes through Options.FS (internal/durable's seam:
+// the real file system, or a recorder a crash-state test explores), and
+// the lock, the sync modes, the group-commit flusher and the checkpoint's
+// write-fsync-rename are internal/durable's, shared with the state store. Stats.BytesWritten and Stats.Syncs count every byte
 // written to the spool's files and every fsync (flash wear). If a write or
 // an fsync fails the spool is failed: the waiting and every later Append
 // return the error, and the pending and later AppendAsyncs report it to

@@ -6,94 +6,36 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/durable"
 )
 
-// flushLoop is the group-commit goroutine. It sleeps on s.kick (no timer
-// ticks while idle), holds the batch window open, then flushes: fsync of the
-// active segment, acks to acks.log, and completion of the waiting Appends
-// and AppendAsyncs.
+// The flusher (durable.Flusher, started by Open) is the group-commit
+// goroutine: it sleeps until kicked (no timer ticks while idle), holds the
+// commit window open (SyncAlways: until an Append waits), then calls
+// flush: the pending records' write, the fsync of the segments, acks to
+// acks.log, and the completion of the waiting Appends and AppendAsyncs.
+// In SyncNone it holds the window too: only acks.log is written then.
 //
 // After a covered commit (covered.go) it also wakes when the full commit
-// it owes is due, coverMaxAge after the last one, if no flush came first:
-// the covered windows' records and acks must not wait unsynced for the
-// next message, which may be hours away.
-func (s *Spool) flushLoop() {
-	defer s.wg.Done()
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	owed := time.NewTimer(time.Hour)
-	owed.Stop()
-	defer owed.Stop()
-	for {
-		var due <-chan time.Time
-		if s.coverOwed {
-			owed.Reset(time.Until(s.fullCommitAt.Add(s.opts.coverMaxAge)))
-			due = owed.C
-		}
-		select {
-		case <-s.kick:
-		case <-due:
-			// Past coverMaxAge: this flush is a full commit.
-			s.flush(false)
-			continue
-		case <-s.quit:
-			s.flush(true)
-			return
-		}
-		owed.Stop()
-		if !s.window(t) {
-			s.flush(true)
-			return
-		}
-		s.flush(false)
-	}
-}
+// it owes is due, coverMaxAge after the last one, if no flush came first
+// (fullCommitDue): the covered windows' records and acks must not wait
+// unsynced for the next message, which may be hours away.
 
-// window waits SyncInterval so that more records and acks join the flush.
-// In SyncAlways mode it ends as soon as an Append waits. It returns false
-// when the spool is closing.
-//
-// In SyncBatch mode it does not listen to kicks: every append and every ack
-// kicks the flusher, and at a sensor fleet's 500 msg/s waking it for each
-// one only to wait on was a quarter of the bridge's goroutine wake-ups
-// (~580 of 3,500/s). A kick sent during the window stays in the channel;
-// flush drains it, because the flush covers what it announced.
-func (s *Spool) window(t *time.Timer) bool {
-	always := s.opts.Sync == SyncAlways
-	t.Reset(s.opts.SyncInterval)
-	defer t.Stop()
-	if !always {
-		select {
-		case <-t.C:
-			return true
-		case <-s.quit:
-			return false
-		}
+// fullCommitDue is when a full commit is owed without a kick (zero:
+// none). Flusher only.
+func (s *Spool) fullCommitDue() time.Time {
+	if !s.coverOwed {
+		return time.Time{}
 	}
-	for {
-		if s.hasWaiters() {
-			return true
-		}
-		select {
-		case <-t.C:
-			return true
-		case <-s.kick:
-		case <-s.quit:
-			return false
-		}
-	}
+	return s.fullCommitAt.Add(s.opts.coverMaxAge)
 }
 
 // drainKickLocked takes a pending kick: the flush starting now covers
 // every write, ack and ids change made before it (kicks are sent under
 // s.mu), so a later flush is due only for what comes after. Caller holds
 // s.mu.
-func (s *Spool) drainKickLocked() {
-	select {
-	case <-s.kick:
-	default:
-	}
-}
+func (s *Spool) drainKickLocked() { s.flusher.DrainKick() }
 
 func (s *Spool) hasWaiters() bool {
 	s.mu.Lock()
@@ -141,7 +83,12 @@ func (s *Spool) flush(final bool) {
 	}
 	// The ID ceiling is fsynced even so: an ack that reaches the disk
 	// must never name an ID that could be handed out again.
-	idsSync := doSync
+	//
+	// In every sync mode, SyncNone too: record IDs are the upstream's
+	// packet ids, and one handed out again after a power cut collides
+	// with a message the upstream has seen. It costs one fsync per
+	// idsReserve/2 IDs (syncIDs does nothing when the file is clean).
+	idsSync := true
 	if covered {
 		// The segments stay unsynced for the next full commit: its fsync
 		// of acks.log comes after theirs.
@@ -273,7 +220,7 @@ func (s *Spool) syncSegments(segs []*segment) error {
 	}
 	if dir && err == nil {
 		s.syncs.Add(1)
-		if err = syncDir(s.opts.Dir); err != nil {
+		if err = s.fs.SyncDir(s.opts.Dir); err != nil {
 			err = fmt.Errorf("spool: sync directory: %w", err)
 		} else {
 			s.mu.Lock()
@@ -374,25 +321,11 @@ func (s *Spool) checkpointLocked() []byte {
 // installed reports whether data is acks.log now (even if an error
 // followed).
 func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ error) {
-	tmp := filepath.Join(s.opts.Dir, ackTmpName)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return false, err
-	}
-	n, err := f.Write(data)
-	s.written.Add(uint64(n))
-	var size int64 = -1
-	if err == nil && doSync {
-		s.syncs.Add(1)
-		size = s.sizeForHook(f)
-		err = f.Sync()
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(s.opts.Dir, ackFileName))
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(tmp)
+	var m durable.Meter
+	f, installed, err := durable.Replace(s.fs, filepath.Join(s.opts.Dir, ackTmpName), s.ackPath(), data, doSync, &m)
+	s.written.Add(uint64(m.Bytes()))
+	s.syncs.Add(uint64(m.Syncs()))
+	if !installed {
 		return false, fmt.Errorf("write acks checkpoint: %w", err)
 	}
 	// Renamed: f is acks.log now, whatever happens next.
@@ -402,15 +335,12 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ err
 	s.ackFile = f
 	s.ackSize = int64(len(data))
 	s.ackUnsynced = !doSync
-	s.compactAt = max(ackCompactMin, 4*s.ackSize)
-	if doSync {
-		s.syncs.Add(1)
-		if err := syncDir(s.opts.Dir); err != nil {
-			return true, fmt.Errorf("write acks checkpoint: sync dir: %w", err)
-		}
-		if s.opts.synced != nil {
-			s.opts.synced(s.ackPath(), size) // durable under its new name now
-		}
+	s.compactAt = max(s.opts.ackCompactMin, 4*s.ackSize)
+	if err != nil {
+		return true, fmt.Errorf("write acks checkpoint: %w", err)
+	}
+	if doSync && s.opts.synced != nil {
+		s.opts.synced(s.ackPath(), int64(len(data))) // durable under its new name now
 	}
 	return true, nil
 }
@@ -419,7 +349,7 @@ func (s *Spool) writeCheckpoint(data []byte, doSync bool) (installed bool, _ err
 func (s *Spool) ackPath() string { return s.ackPathName }
 
 // fsync fsyncs f (at path) and tells the test hook (Options.synced).
-func (s *Spool) fsync(path string, f *os.File) error {
+func (s *Spool) fsync(path string, f durable.File) error {
 	size := s.sizeForHook(f)
 	err := f.Sync()
 	if err == nil && s.opts.synced != nil {
@@ -430,7 +360,7 @@ func (s *Spool) fsync(path string, f *os.File) error {
 
 // sizeForHook is f's size before an fsync, for the test hook: what the
 // fsync covers at least. -1 without a hook.
-func (s *Spool) sizeForHook(f *os.File) int64 {
+func (s *Spool) sizeForHook(f durable.File) int64 {
 	if s.opts.synced == nil {
 		return -1
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -334,19 +333,6 @@ func (rs rangeSet) max() ID {
 		return 0
 	}
 	return rs[len(rs)-1].last
-}
-
-// syncDir makes file creations, renames and deletions in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func segPath(dir string, base ID) string { return filepath.Join(dir, segName(base)) }

@@ -9,53 +9,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory and unmounts
-// it at cleanup. Root only (CI runs as root).
-func mountTmpfs(t *testing.T, size string, flags uintptr) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, "size="+size+",mode=0700"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fill writes a file into dir until the file system is full and returns
-// its path.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	// Tail bytes of a page may still fit: take them too.
-	for {
-		if _, err := f.Write(buf[:1]); err != nil {
-			return path
-		}
-	}
-}
 
 // TestOpenOnFullDisk is issue 12 point 3: persistence.dir is full and the
 // spool intact. Open succeeds and serves what it holds, acks work, an
@@ -64,7 +20,7 @@ func fill(t *testing.T, dir string) string {
 func TestOpenOnFullDisk(t *testing.T) {
 	for _, mode := range []SyncMode{SyncBatch, SyncAlways, SyncNone} {
 		t.Run(mode.String(), func(t *testing.T) {
-			dir := filepath.Join(mountTmpfs(t, "512k", 0), "spool")
+			dir := filepath.Join(testutil.MountTmpfs(t, "512k", 0), "spool")
 			opts := Options{Dir: dir, Sync: mode, SegmentSize: 16 << 10}
 			s := openT(t, opts)
 			appendN(t, s, 1, 200)
@@ -74,7 +30,7 @@ func TestOpenOnFullDisk(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			filler := fill(t, filepath.Dir(dir))
+			filler := testutil.FillDisk(t, filepath.Dir(dir))
 
 			s, lb := openLog(t, opts)
 			defer s.Close()
@@ -137,7 +93,7 @@ func TestOpenOnFullDisk(t *testing.T) {
 // are refused, nothing stored is lost, and appends resume once acks free
 // a segment.
 func TestDiskFillsWhileOpen(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "128k", 0), "spool")
+	dir := filepath.Join(testutil.MountTmpfs(t, "128k", 0), "spool")
 	opts := Options{Dir: dir, SegmentSize: 8 << 10, Sync: SyncNone}
 	s := openT(t, opts)
 	var ids []ID
@@ -192,7 +148,7 @@ func TestOpenErrors(t *testing.T) {
 		checkOpenError(t, dir, "open segment", nil)
 	})
 	t.Run("read-only-mount", func(t *testing.T) {
-		mnt := mountTmpfs(t, "256k", 0)
+		mnt := testutil.MountTmpfs(t, "256k", 0)
 		dir := filepath.Join(mnt, "spool")
 		s := openT(t, Options{Dir: dir})
 		appendN(t, s, 1, 3)

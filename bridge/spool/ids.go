@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/durable"
 )
 
 // The ids file keeps the ID high-water mark where losing a segment cannot
@@ -96,8 +98,8 @@ func parseIDs(b []byte) (st idsState, ok bool, err error) {
 
 // readIDs reads the ids file; a missing file is not an error (exists is
 // false).
-func readIDs(path string) (st idsState, ok, exists bool, err error) {
-	b, err := os.ReadFile(path)
+func readIDs(fs durable.FS, path string) (st idsState, ok, exists bool, err error) {
+	b, err := fs.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return idsState{}, false, false, nil
 	}
@@ -113,7 +115,7 @@ func readIDs(path string) (st idsState, ok, exists bool, err error) {
 // Caller holds s.mu, or is Open or Close with the flusher stopped.
 func (s *Spool) writeIDsLocked(st idsState) error {
 	if s.idsFile == nil {
-		f, err := os.OpenFile(filepath.Join(s.opts.Dir, idsFileName), os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := s.fs.OpenFile(filepath.Join(s.opts.Dir, idsFileName), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return fmt.Errorf("ids: %w", err)
 		}
@@ -177,7 +179,7 @@ func (s *Spool) syncIDs() error {
 	err := s.fsync(filepath.Join(s.opts.Dir, idsFileName), f)
 	if err == nil && dirNew {
 		s.syncs.Add(1)
-		err = syncDir(s.opts.Dir)
+		err = s.fs.SyncDir(s.opts.Dir)
 	}
 	if err != nil {
 		s.mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // qosMsg is testMsg(i) at qos.
@@ -116,7 +118,7 @@ func TestCommitWritesItsRecords(t *testing.T) {
 // IDs given to the next records), Stats.NoSpace counts each, and the
 // spool is not failed: appends work once there is space.
 func TestFailedCommitWriteRefusesItsRecords(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "256k", 0), "spool")
+	dir := filepath.Join(testutil.MountTmpfs(t, "256k", 0), "spool")
 	opts := Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour, SegmentSize: 64 << 10}
 	s := openT(t, opts)
 	var d dones
@@ -124,7 +126,7 @@ func TestFailedCommitWriteRefusesItsRecords(t *testing.T) {
 		s.AppendAsync(testMsg(i), d.done)
 	}
 	checkEntries(t, all(t, s), idRange(1, 3)) // written: the reader reached them
-	filler := fill(t, filepath.Dir(dir))
+	filler := testutil.FillDisk(t, filepath.Dir(dir))
 	written := segBytes(t, dir)
 
 	big := Message{Topic: "big", Payload: make([]byte, 3000), QoS: 1}
@@ -185,12 +187,12 @@ func entriesOf(ids []ID) []Entry {
 // Stats.NoSpace ("appends refused with ErrNoSpace") counts it along with
 // the pending records the write refused.
 func TestQoS0RefusedBehindFailedCommitWriteIsCounted(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "256k", 0), "spool")
+	dir := filepath.Join(testutil.MountTmpfs(t, "256k", 0), "spool")
 	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour, SegmentSize: 64 << 10})
 	var d dones
 	s.AppendAsync(qosMsg(1, 1), d.done)
 	checkEntries(t, all(t, s), idRange(1, 1)) // written: the reader reached it
-	fill(t, filepath.Dir(dir))
+	testutil.FillDisk(t, filepath.Dir(dir))
 	big := Message{Topic: "big", Payload: make([]byte, 3000), QoS: 1}
 	for range 5 {
 		s.AppendAsync(big, d.done) // 2..6, pending
@@ -210,7 +212,7 @@ func TestQoS0RefusedBehindFailedCommitWriteIsCounted(t *testing.T) {
 // the disk stays full (a successful write releases a buffer over 1 MiB;
 // a failed one must too).
 func TestFailedCommitWriteReleasesHugeBuffer(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "256k", 0), "spool")
+	dir := filepath.Join(testutil.MountTmpfs(t, "256k", 0), "spool")
 	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour})
 	var d dones
 	s.AppendAsync(Message{Topic: "huge", Payload: make([]byte, 4<<20), QoS: 1}, d.done)
@@ -257,12 +259,12 @@ func TestPendingBoundedBySegment(t *testing.T) {
 // the connect would carry IDs below the picker's boundary (treated as
 // backlog). LastID must never decrease.
 func TestLastIDNotRewoundByRefusedWrite(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "256k", 0), "spool")
+	dir := filepath.Join(testutil.MountTmpfs(t, "256k", 0), "spool")
 	s := openT(t, Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Hour, SegmentSize: 64 << 10})
 	var d dones
 	s.AppendAsync(qosMsg(1, 1), d.done)
 	checkEntries(t, all(t, s), idRange(1, 1))
-	fill(t, filepath.Dir(dir))
+	testutil.FillDisk(t, filepath.Dir(dir))
 	big := Message{Topic: "big", Payload: make([]byte, 3000), QoS: 1}
 	for range 5 {
 		s.AppendAsync(big, d.done) // 2..6, pending

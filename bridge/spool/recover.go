@@ -17,10 +17,10 @@ func (s *Spool) recover() error {
 	fail := func(op, path string, err error) error {
 		return &OpenError{Dir: dir, Op: op, Path: path, Err: err}
 	}
-	os.Remove(filepath.Join(dir, ackTmpName))
+	s.fs.Remove(filepath.Join(dir, ackTmpName))
 
 	ackPath := filepath.Join(dir, ackFileName)
-	ackData, err := os.ReadFile(ackPath)
+	ackData, err := s.fs.ReadFile(ackPath)
 	ackExists := err == nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fail("read", ackPath, err)
@@ -32,12 +32,12 @@ func (s *Spool) recover() error {
 		}
 	}
 	idsPath := filepath.Join(dir, idsFileName)
-	ids, idsOK, idsExists, err := readIDs(idsPath)
+	ids, idsOK, idsExists, err := readIDs(s.fs, idsPath)
 	if err != nil {
 		return fail("read", idsPath, err)
 	}
 
-	ents, err := os.ReadDir(dir)
+	ents, err := s.fs.ReadDir(dir)
 	if err != nil {
 		return fail("read directory", "", err)
 	}
@@ -64,13 +64,13 @@ func (s *Spool) recover() error {
 			limit = bases[i+1]
 			if removed.covers(base, limit-1) {
 				// Every ID it can hold is acked: no need to read it.
-				if err := os.Remove(path); err != nil {
+				if err := s.fs.Remove(path); err != nil {
 					return fail("remove", path, err)
 				}
 				continue
 			}
 		}
-		res, err := loadSegment(path, base, limit, removed)
+		res, err := loadSegment(s.fs, path, base, limit, removed)
 		if err != nil {
 			return fail("load segment", path, err)
 		}
@@ -127,8 +127,8 @@ func (s *Spool) recover() error {
 			s.ackDamage++
 		}
 		if acks.good == 0 && len(ackData) > ackHeaderSize {
-			q := quarantineName(ackPath)
-			if err := os.Rename(ackPath, q); err != nil {
+			q := quarantineName(s.fs, ackPath)
+			if err := s.fs.Rename(ackPath, q); err != nil {
 				return fail("quarantine", ackPath, err)
 			}
 			ackExists = false
@@ -145,7 +145,7 @@ func (s *Spool) recover() error {
 	}
 	if ackExists && !acks.badHeader {
 		// Appends continue behind the last whole entry; a torn one is cut.
-		f, err := os.OpenFile(ackPath, os.O_RDWR, 0)
+		f, err := s.fs.OpenFile(ackPath, os.O_RDWR, 0)
 		if err != nil {
 			return fail("open", ackPath, err)
 		}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"math/bits"
 	"os"
+
+	"github.com/edgegw/edgegw/internal/durable"
 )
 
 // segment is the in-memory index of one segment file. All fields are
@@ -16,7 +18,7 @@ import (
 type segment struct {
 	base ID
 	path string
-	f    *os.File
+	f    durable.File
 	size int64 // bytes of valid data in the file, header included
 
 	offs    []uint32 // offs[i] is the file offset of record base+i
@@ -112,7 +114,7 @@ const winSize = 256 << 10
 // segReader reads a segment through a window of its bytes (ReadAt), so that
 // the resync scan can look at every offset without a syscall per byte.
 type segReader struct {
-	f     *os.File
+	f     durable.File
 	size  int64
 	start int64
 	buf   []byte
@@ -201,8 +203,8 @@ func (r *segReader) resync(bad int64, want, limit ID) (p, n int64, id ID, err er
 // it holds nothing but zeros (emptied, or torn while being created) and
 // quarantined (renamed, kept for inspection) otherwise. removed marks the
 // IDs acks.log says are gone.
-func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+func loadSegment(fs durable.FS, path string, base, limit ID, removed rangeSet) (loadResult, error) {
+	f, err := fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return loadResult{}, err
 	}
@@ -278,13 +280,13 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 	if good == 0 && (res.badHeader || res.ioErr != nil) {
 		// Not ours, or nothing readable in it.
 		f.Close()
-		if empty, err := holdsNothing(path, base); res.ioErr == nil && err == nil && empty {
+		if empty, err := holdsNothing(fs, path, base); res.ioErr == nil && err == nil && empty {
 			res.emptied, res.truncated = true, r.size
-			return res, os.Remove(path)
+			return res, fs.Remove(path)
 		}
-		res.quarantine = quarantineName(path)
+		res.quarantine = quarantineName(fs, path)
 		res.truncated = r.size
-		return res, os.Rename(path, res.quarantine)
+		return res, fs.Rename(path, res.quarantine)
 	}
 	if res.ioErr == nil && g.size < r.size {
 		res.truncated = r.size - g.size
@@ -311,8 +313,8 @@ func loadSegment(path string, base, limit ID, removed rangeSet) (loadResult, err
 // holdsNothing reports whether the file holds only zero bytes (or none),
 // or a prefix of its own header: emptied by a power cut, or torn while
 // being created.
-func holdsNothing(path string, base ID) (bool, error) {
-	f, err := os.Open(path)
+func holdsNothing(fs durable.FS, path string, base ID) (bool, error) {
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return false, err
 	}
@@ -338,10 +340,10 @@ func holdsNothing(path string, base ID) (bool, error) {
 // quarantineName is where an unreadable file is moved: its name plus
 // ".quarantine", and a number if that exists already. The name no longer
 // ends in ".seg", so Open ignores it from then on.
-func quarantineName(path string) string {
+func quarantineName(fs durable.FS, path string) string {
 	q := path + ".quarantine"
 	for i := 1; ; i++ {
-		if _, err := os.Lstat(q); errors.Is(err, os.ErrNotExist) {
+		if _, err := fs.Lstat(q); errors.Is(err, os.ErrNotExist) {
 			return q
 		}
 		q = fmt.Sprintf("%s.quarantine.%d", path, i)

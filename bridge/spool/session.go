@@ -23,6 +23,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/edgegw/edgegw/internal/durable"
 )
 
 // sessCompactAt is the log size above which the next write rewrites it.
@@ -36,7 +38,7 @@ type Session struct {
 	sync bool
 
 	mu    sync.Mutex
-	f     *os.File
+	f     durable.File
 	size  int64
 	flows map[uint64]*sessFlow
 	buf   []byte
@@ -55,7 +57,7 @@ func OpenSession(sp *Spool) (*Session, error) {
 		sp: sp, path: filepath.Join(sp.opts.Dir, sessFileName), sync: sp.opts.Sync != SyncNone,
 		flows: map[uint64]*sessFlow{},
 	}
-	b, err := os.ReadFile(ss.path)
+	b, err := sp.fs.ReadFile(ss.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
@@ -64,7 +66,7 @@ func OpenSession(sp *Spool) (*Session, error) {
 		es, _, derr := decodeSessLog(b)
 		if derr != nil {
 			sp.log.Warn("session log unreadable; moved aside, starting a new one", "err", derr)
-			if err := os.Rename(ss.path, ss.path+".quarantine"); err != nil {
+			if err := sp.fs.Rename(ss.path, ss.path+".quarantine"); err != nil {
 				return nil, fmt.Errorf("spool: quarantine session log: %w", err)
 			}
 		}
@@ -107,7 +109,7 @@ func (ss *Session) rewrite() error {
 		}
 	}
 	tmp := filepath.Join(ss.sp.opts.Dir, sessTmpName)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	f, err := ss.sp.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool: session log: %w", err)
 	}
@@ -119,10 +121,10 @@ func (ss *Session) rewrite() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, ss.path)
+		err = ss.sp.fs.Rename(tmp, ss.path)
 	}
 	if err == nil {
-		err = syncDir(ss.sp.opts.Dir)
+		err = ss.sp.fs.SyncDir(ss.sp.opts.Dir)
 	}
 	if err != nil {
 		return fmt.Errorf("spool: rewrite session log: %w", err)
@@ -130,7 +132,7 @@ func (ss *Session) rewrite() error {
 	if ss.f != nil {
 		ss.f.Close()
 	}
-	ss.f, err = os.OpenFile(ss.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	ss.f, err = ss.sp.fs.OpenFile(ss.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool: session log: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/durable"
 )
 
 // ID identifies a spooled message. IDs start at 1 and increase
@@ -39,43 +41,24 @@ type Entry struct {
 	Message Message
 }
 
-// SyncMode says when appended records are fsynced.
-type SyncMode uint8
+// SyncMode says when appended records are fsynced (the kit's, shared
+// with the state store).
+type SyncMode = durable.SyncMode
 
 const (
 	// SyncBatch fsyncs once per SyncInterval for all records written in it
 	// (group commit); Append waits for that fsync. The zero value.
-	SyncBatch SyncMode = iota
+	SyncBatch = durable.SyncBatch
 	// SyncAlways fsyncs before Append returns; concurrent appends share
 	// an fsync.
-	SyncAlways
+	SyncAlways = durable.SyncAlways
 	// SyncNone never fsyncs except on Close; records survive a process
 	// crash but not a power loss.
-	SyncNone
+	SyncNone = durable.SyncNone
 )
 
-// String returns the configuration name of the mode.
-func (m SyncMode) String() string {
-	switch m {
-	case SyncBatch:
-		return "batch"
-	case SyncAlways:
-		return "always"
-	case SyncNone:
-		return "none"
-	}
-	return fmt.Sprintf("SyncMode(%d)", uint8(m))
-}
-
 // ParseSyncMode parses "always", "batch" or "none".
-func ParseSyncMode(s string) (SyncMode, error) {
-	for _, m := range []SyncMode{SyncBatch, SyncAlways, SyncNone} {
-		if s == m.String() {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("spool: unknown sync mode %q (want always, batch or none)", s)
-}
+func ParseSyncMode(s string) (SyncMode, error) { return durable.ParseSyncMode("spool", s) }
 
 // DropReason says why a message left the spool without an upstream ack.
 type DropReason string
@@ -119,11 +102,17 @@ type Options struct {
 	SegmentSize  int64            // segment file size before rolling; default DefaultSegmentSize, at most 1 GiB
 	Logger       *slog.Logger     // default: discard
 	Now          func() time.Time // the clock expiries are checked against; default time.Now
+	// FS is the seam every file operation goes through; nil: the real
+	// file system. A crash-state test records a workload through it.
+	FS durable.FS
 
 	// Tests only (covered.go): how long a commit waits for the upstream's
 	// acks, and how old the last full commit may be. Zero: the defaults.
 	coverGrace  time.Duration
 	coverMaxAge time.Duration
+	// Tests only (crashsim_test.go): the acks.log size above which it is
+	// checkpointed. Zero: ackCompactMin.
+	ackCompactMin int64
 	// Tests only (power_test.go): called after each fsync of a file with
 	// its path and its size before the fsync began (what it covers).
 	synced func(path string, size int64)
@@ -167,16 +156,18 @@ type Stats struct {
 type Spool struct {
 	opts      Options
 	log       *slog.Logger
-	lock      *os.File // holds the directory's flock
+	fs        durable.FS
+	lock      durable.File // holds the directory's flock
 	pinnedMax int64
 
-	kick chan struct{} // wakes the flusher; capacity 1
-	quit chan struct{} // closed by Close
-	wg   sync.WaitGroup
+	// flusher is the group commit (the kit's): it calls flush once per
+	// commit window.
+	flusher durable.Flusher
+	quit    chan struct{} // closed by Close (ends a covered commit's wait)
 
 	// Owned by the flusher goroutine (by Open before it starts, by Close
 	// after it stopped).
-	ackFile     *os.File
+	ackFile     durable.File
 	ackPathName string // acks.log's path (made once: the flusher fsyncs it at every commit with acks)
 	ackSize     int64
 	ackUnsynced bool // written without fsync (SyncNone)
@@ -227,7 +218,7 @@ type Spool struct {
 	cover      coverWatch // the last window, watched for the upstream's acks (covered.go)
 
 	// The ids file (ids.go), guarded by mu; the flusher fsyncs idsFile.
-	idsFile     *os.File
+	idsFile     durable.File
 	idsSeq      uint64
 	idsUnsynced bool
 	idsDirNew   bool      // created; the directory needs an fsync
@@ -302,6 +293,9 @@ func Open(opts Options) (*Spool, error) {
 	if opts.coverMaxAge <= 0 {
 		opts.coverMaxAge = coverMaxAge
 	}
+	if opts.ackCompactMin <= 0 {
+		opts.ackCompactMin = ackCompactMin
+	}
 	if opts.Sync > SyncNone {
 		return nil, fmt.Errorf("spool: invalid sync mode %d", opts.Sync)
 	}
@@ -309,21 +303,25 @@ func Open(opts Options) (*Spool, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	fs := durable.Or(opts.FS)
+	if err := fs.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, &OpenError{Dir: opts.Dir, Op: "create directory", Err: err}
 	}
 	lockPath := filepath.Join(opts.Dir, lockFileName)
-	lock, err := lockDir(lockPath)
+	lock, err := fs.Lock(lockPath)
+	if errors.Is(err, durable.ErrLocked) {
+		err = ErrLocked
+	}
 	if err != nil {
 		return nil, &OpenError{Dir: opts.Dir, Op: "lock", Path: lockPath, Err: err}
 	}
 	s := &Spool{
 		opts:        opts,
+		fs:          fs,
 		log:         log,
 		lock:        lock,
 		ackPathName: filepath.Join(opts.Dir, ackFileName),
 		pinnedMax:   max(opts.MaxBytes/2, 2*opts.SegmentSize),
-		kick:        make(chan struct{}, 1),
 		quit:        make(chan struct{}),
 		dropped:     make(map[DropReason]uint64),
 		cover:       coverWatch{covered: make(chan struct{}, 1)},
@@ -333,11 +331,19 @@ func Open(opts Options) (*Spool, error) {
 		return nil, err
 	}
 	s.cover.next = s.nextID
+	// The ceiling Open wrote is durable before the first ID is handed
+	// out: a reader may send a record upstream before its commit's
+	// fsync (with SyncNone, before any), and after a power cut its ID
+	// must not be given to another record (ids.go).
+	if err := s.syncIDs(); err != nil {
+		s.log.Warn("cannot sync the id high-water mark; will retry", "err", err)
+	}
 	s.log.Info("spool opened", "dir", opts.Dir, "messages", s.live, "bytes", s.liveBytes,
 		"segments", len(s.segs), "next_id", uint64(s.nextID), "corrupt_tails", s.corrupt,
 		"skipped", s.skipped, "quarantined", s.quarantined)
-	s.wg.Add(1)
-	go s.flushLoop()
+	s.flusher = durable.Flusher{Mode: opts.Sync, Interval: opts.SyncInterval,
+		Waiting: s.hasWaiters, Due: s.fullCommitDue, Flush: s.flush}
+	s.flusher.Start()
 	s.kickFlusher() // the checkpoint, the ids fsync
 	return s, nil
 }
@@ -602,13 +608,13 @@ func (s *Spool) sealLocked(g *segment) {
 // holds s.mu.
 func (s *Spool) createSegmentLocked(base ID) (*segment, error) {
 	path := segPath(s.opts.Dir, base)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	if _, err = f.Write(segHeader(base)); err != nil {
 		f.Close()
-		os.Remove(path)
+		s.fs.Remove(path)
 		return nil, err
 	}
 	s.written.Add(segHeaderSize)
@@ -641,7 +647,7 @@ func (s *Spool) deleteSegmentLocked(g *segment) {
 	g.f.Close()
 	// Not fsyncing the directory: a segment that comes back after a power
 	// loss is covered by acks.log or, at worst, re-sent.
-	if err := os.Remove(g.path); err != nil {
+	if err := s.fs.Remove(g.path); err != nil {
 		s.log.Warn("delete segment", "segment", filepath.Base(g.path), "err", err)
 	}
 }
@@ -749,7 +755,7 @@ func (s *Spool) expired(m *Message) bool {
 // recLoc is where a live record is, captured under s.mu, read without it.
 type recLoc struct {
 	id  ID
-	f   *os.File
+	f   durable.File
 	off int64
 	n   int64
 	end int64 // the segment's valid size when captured: bytes below it never change
@@ -837,7 +843,7 @@ const readAhead = 32 << 10
 // readBlock is the segment bytes read last (read), reused.
 type readBlock struct {
 	mu  sync.Mutex
-	f   *os.File // nil: empty
+	f   durable.File // nil: empty
 	off int64
 	buf []byte // bytes [off, off+len(buf)) of f
 }
@@ -857,7 +863,7 @@ type readBlock struct {
 // reader's disk read (a cold backlog on a slow SD card). A block in use
 // is not seeded: the seed is only a saving, and the reader replaces the
 // block anyway.
-func (c *readBlock) seed(f *os.File, off int64, b []byte) {
+func (c *readBlock) seed(f durable.File, off int64, b []byte) {
 	if !c.mu.TryLock() {
 		return
 	}
@@ -1042,7 +1048,7 @@ func (s *Spool) Close() error {
 	s.mu.Unlock()
 
 	close(s.quit)
-	s.wg.Wait()
+	s.flusher.Stop()
 
 	s.mu.Lock()
 	err := s.failed
@@ -1109,9 +1115,4 @@ func (s *Spool) notifyLocked() {
 }
 
 // kickFlusher wakes the flusher without blocking.
-func (s *Spool) kickFlusher() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
+func (s *Spool) kickFlusher() { s.flusher.Kick() }

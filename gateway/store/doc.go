@@ -99,6 +99,20 @@
 //     fsynced except by snapshots and Close. Survives kill -9, not power
 //     loss.
 //
+// The records waiting to be written are bounded (Options.PendingMax
+// records, 16,384 by default): when the disk stalls, an append beyond
+// the bound waits for the flusher (durable.StallWait, the default) or is
+// refused (durable.StallRefuse): its position is Refused, WhenDurable
+// reports durable.ErrStalled, and the record is neither applied nor
+// written. Records joining an open group are not counted (one message's
+// routing; the flusher holds them until the group commits).
+//
+// Every file operation goes through Options.FS (internal/durable's seam:
+// the real file system, or a recorder a crash-state test explores); the
+// lock, the sync modes, the group-commit flusher and the snapshot's
+// write-fsync-rename are internal/durable's, shared with the bridge's
+// spool.
+//
 // The gateway makes every acknowledgement that promises state wait for it
 // (see gateway/persist.go): PUBACK/PUBREC of a QoS 1/2 message queued for
 // a persistent session or retained, the upstream PUBACK of a bridged

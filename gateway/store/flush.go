@@ -10,51 +10,17 @@ import (
 	"time"
 )
 
-// flushLoop is the group-commit goroutine: it sleeps on s.kick (no timer
-// ticks while idle), holds the window open, then writes (and fsyncs) what
-// was appended and completes the waiters it covers.
-func (s *Store) flushLoop() {
-	defer s.wg.Done()
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	for {
-		select {
-		case <-s.kick:
-		case <-s.quit:
-			s.flush(true)
-			return
-		}
-		if !s.window(t) {
-			s.flush(true)
-			return
-		}
-		s.flush(false)
-	}
-}
+// The flusher (durable.Flusher, started by Open) is the group-commit
+// goroutine: it sleeps until kicked (no timer ticks while idle), holds the
+// window open (SyncAlways: until someone waits; SyncBatch: SyncInterval;
+// SyncNone: no window, a record must reach the file quickly to survive
+// kill -9), then calls flush, which writes (and fsyncs) what was appended
+// and completes the waiters it covers.
 
-// window waits for more records to join the write. SyncNone writes at
-// once (a record must reach the file quickly to survive kill -9);
-// SyncAlways ends the window as soon as someone waits; SyncBatch holds it
-// for SyncInterval. It returns false when the store is closing.
-func (s *Store) window(t *time.Timer) bool {
-	if s.opts.Sync == SyncNone {
-		return true
-	}
-	always := s.opts.Sync == SyncAlways
-	t.Reset(s.opts.SyncInterval)
-	defer t.Stop()
-	for {
-		if always && s.hasWaiters() {
-			return true
-		}
-		select {
-		case <-t.C:
-			return true
-		case <-s.kick:
-		case <-s.quit:
-			return false
-		}
-	}
+// takeRoom takes one record's room in the pending bound, waiting or
+// refused (durable.ErrStalled) as Options.Stall says.
+func (s *Store) takeRoom() error {
+	return s.bound.Take(context.Background(), 1, s.opts.Stall)
 }
 
 func (s *Store) hasWaiters() bool {
@@ -78,6 +44,10 @@ func (s *Store) flush(final bool) {
 	buf := s.pending
 	s.pending, s.spare = s.spare[:0], nil
 	upTo := s.pendingPos
+	// Released once written (or given up), before the waiters are
+	// called: an appender waiting for room must not wait for them.
+	taken := s.taken
+	s.taken = 0
 	limit := max(s.opts.CompactMin, int64(s.opts.CompactRatio)*s.md.live)
 	size := s.fileSize + int64(len(buf))
 	var snap []byte
@@ -125,6 +95,8 @@ func (s *Store) flush(final bool) {
 			s.mu.Lock()
 			if s.grp == nil {
 				s.pending = s.pending[:0]
+				taken += s.taken
+				s.taken = 0
 				upTo = s.pendingPos
 				snap = s.md.snapshot()
 			}
@@ -144,6 +116,7 @@ func (s *Store) flush(final bool) {
 			}
 		}
 	}
+	s.bound.Release(taken)
 	if !s.reserveOK && s.failed == nil && (err == nil && snap != nil || time.Now().After(s.reserveNext)) {
 		s.ensureReserve()
 	}

@@ -3,12 +3,12 @@
 package store
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // Regression (review): a write that fails (ENOSPC) is cut off and the store marks itself
@@ -18,14 +18,7 @@ import (
 // the records the failed write dropped: a waiter for one of those records
 // is told "kept" while the file does not hold it (acknowledged, not kept).
 func TestDurableAfterFailedWriteAndFailedSnapshot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m,mode=0700"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(mnt, 0) })
+	mnt := testutil.MountTmpfs(t, "1m", 0)
 	dir := filepath.Join(mnt, "state")
 	s, _, err := Open(Options{Dir: dir, Sync: SyncBatch, SyncInterval: 5 * time.Millisecond})
 	if err != nil {
@@ -34,20 +27,9 @@ func TestDurableAfterFailedWriteAndFailedSnapshot(t *testing.T) {
 	defer s.Close()
 
 	// Fill the file system, then give back 16 KiB.
-	filler := filepath.Join(mnt, "filler")
-	f, _ := os.Create(filler)
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	st, _ := f.Stat()
-	f.Truncate(st.Size() - 16<<10)
-	f.Close()
+	filler := testutil.FillDisk(t, mnt)
+	st, _ := os.Stat(filler)
+	os.Truncate(filler, st.Size()-16<<10)
 
 	big := s.RetainSet(Msg{Topic: "big", Payload: make([]byte, 64<<10), QoS: 1})
 	deadline := time.Now().Add(10 * time.Second)

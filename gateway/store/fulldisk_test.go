@@ -8,48 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
-
-// mountTmpfs mounts a tmpfs of size (e.g. "512k") on a new directory and
-// unmounts it at cleanup. Root only (CI runs as root).
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// lockedBuffer is a log sink the flusher writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // When the log's own records fill the disk, the store refuses what it
 // cannot write; once the queued messages are removed (the live state is
@@ -57,8 +20,8 @@ func (l *lockedBuffer) String() string {
 // rename frees the dead records, new records are kept again, the removed
 // messages stay removed after reopening, and the reserve is back.
 func TestStateRecoversFromFullDisk(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, "512k"), "state")
-	var logs lockedBuffer
+	dir := filepath.Join(testutil.MountTmpfs(t, "512k", 0), "state")
+	var logs testutil.LogBuffer
 	opts := Options{Dir: dir, Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	s, _, err := Open(opts)
@@ -146,9 +109,9 @@ func TestStateRecoversFromFullDisk(t *testing.T) {
 // off and the log has a few lines, however many records were refused. Once
 // space is freed a record is kept again.
 func TestFullDiskBacksOff(t *testing.T) {
-	root := mountTmpfs(t, "512k")
+	root := testutil.MountTmpfs(t, "512k", 0)
 	dir := filepath.Join(root, "state")
-	var logs lockedBuffer
+	var logs testutil.LogBuffer
 	s, _, err := Open(Options{Dir: dir, Sync: SyncBatch, SyncInterval: 2 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

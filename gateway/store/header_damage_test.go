@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // writeRetained writes n retained messages (topics r/0000 ...) with
@@ -46,10 +47,10 @@ func recordStarts(t *testing.T, b []byte) []int {
 }
 
 // openLogged opens dir with its log captured.
-func openLogged(t *testing.T, dir string) (*Store, *State, *bytes.Buffer) {
+func openLogged(t *testing.T, dir string) (*Store, *State, *testutil.LogBuffer) {
 	t.Helper()
-	var lb bytes.Buffer
-	s, st, err := Open(Options{Dir: dir, Sync: SyncNone, Log: slog.New(slog.NewTextHandler(&lb, nil))})
+	var lb testutil.LogBuffer
+	s, st, err := Open(Options{Dir: dir, Sync: SyncNone, Log: lb.Logger()})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/durable"
 )
 
 // The reserve holds back room in the state directory's file system for the
@@ -42,39 +43,29 @@ func noSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 // and leaves the reserve missing for a later flush. Flusher only (or Open).
 func (s *Store) ensureReserve() {
 	path := filepath.Join(s.opts.Dir, reserveName)
-	if fi, err := os.Stat(path); err == nil && fi.Size() >= reserveSize {
-		os.Remove(filepath.Join(s.opts.Dir, reserveTmpName)) // one a crash interrupted
+	if fi, err := s.fs.Stat(path); err == nil && fi.Size() >= reserveSize {
+		s.fs.Remove(filepath.Join(s.opts.Dir, reserveTmpName)) // one a crash interrupted
 		s.reserveOK = true
 		return
 	}
-	if err := writeReserve(s.opts.Dir); err != nil {
+	var m durable.Meter // its bytes are not counted: see Stats.BytesWritten
+	err := writeReserve(s.fs, s.opts.Dir, &m)
+	s.fsyncs.Add(m.Syncs())
+	if err != nil {
 		s.reserveOK = false
 		s.reserveNext = time.Now().Add(reserveRetry)
 		s.quiet.log(s.log, slog.LevelWarn, time.Now(), "state reserve could not be created; a full disk may keep new messages refused until there is room", "err", err)
 		return
 	}
-	s.fsyncs.Add(1)
 	s.reserveOK = true
 }
 
-func writeReserve(dir string) error {
-	tmp := filepath.Join(dir, reserveTmpName)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create reserve: %w", err)
-	}
-	_, err = f.Write(make([]byte, reserveSize))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, reserveName))
+func writeReserve(fs durable.FS, dir string, m *durable.Meter) error {
+	f, _, err := durable.Replace(fs, filepath.Join(dir, reserveTmpName), filepath.Join(dir, reserveName), make([]byte, reserveSize), true, m)
+	if f != nil {
+		f.Close()
 	}
 	if err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("create reserve: %w", err)
 	}
 	return nil
@@ -84,11 +75,11 @@ func writeReserve(dir string) error {
 // its room, and reports whether it did. Flusher only (or Open).
 func (s *Store) releaseReserve(size int) bool {
 	path := filepath.Join(s.opts.Dir, reserveName)
-	fi, err := os.Stat(path)
+	fi, err := s.fs.Stat(path)
 	if err != nil || int64(size)+reserveSlack > fi.Size() {
 		return false
 	}
-	if err := os.Remove(path); err != nil {
+	if err := s.fs.Remove(path); err != nil {
 		return false
 	}
 	s.reserveOK = false

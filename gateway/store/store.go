@@ -9,45 +9,31 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgegw/edgegw/internal/durable"
 )
 
-// Sync says when written records are fsynced (persistence.sync).
-type Sync uint8
+// Sync says when written records are fsynced (persistence.sync): the
+// kit's modes, shared with the bridge's spool.
+type Sync = durable.SyncMode
 
-const (
-	// SyncBatch: one fsync per SyncInterval for everything written in it
-	// (group commit). The zero value.
-	SyncBatch Sync = iota
-	// SyncAlways: an fsync as soon as someone waits for a record; waiters
-	// that arrive meanwhile share the next one.
-	SyncAlways
-	// SyncNone: records are written (they survive kill -9) but never
-	// fsynced except by compaction and Close.
-	SyncNone
-)
-
-// String returns the configuration name of the mode.
-func (m Sync) String() string {
-	switch m {
-	case SyncBatch:
-		return "batch"
-	case SyncAlways:
-		return "always"
-	case SyncNone:
-		return "none"
-	}
-	return fmt.Sprintf("Sync(%d)", uint8(m))
-}
+// The modes: SyncBatch (one fsync per SyncInterval for everything
+// written in it, the zero value), SyncAlways (an fsync as soon as someone
+// waits; waiters that arrive meanwhile share the next one), SyncNone
+// (written, surviving kill -9, but fsynced only by compaction and Close).
+const SyncBatch, SyncAlways, SyncNone = durable.SyncBatch, durable.SyncAlways, durable.SyncNone
 
 // ParseSync parses "always", "batch" or "none".
-func ParseSync(s string) (Sync, error) {
-	for _, m := range []Sync{SyncBatch, SyncAlways, SyncNone} {
-		if s == m.String() {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("state store: unknown sync mode %q (want always, batch or none)", s)
-}
+func ParseSync(s string) (Sync, error) { return durable.ParseSyncMode("state store", s) }
+
+// Refused is the position of a record the store refused (a stalled
+// disk with Options.Stall = durable.StallRefuse): WhenDurable and Wait
+// report durable.ErrStalled for it, and for any later position combined
+// with it by max.
+const Refused = ^uint64(0)
+
+// DefaultPendingMax is Options.PendingMax's default.
+const DefaultPendingMax = 16384
 
 // Options configure a Store.
 type Options struct {
@@ -59,6 +45,16 @@ type Options struct {
 	CompactRatio int
 	CompactMin   int64 // 0 = 1 MiB
 	Log          *slog.Logger
+	// PendingMax bounds the records appended but not yet written (0 =
+	// DefaultPendingMax): when the disk stalls, an append beyond it
+	// waits for the flusher or is refused, as Stall says. Records that
+	// join an open group (Begin) are not counted: a group is one
+	// message's routing, and the flusher holds them until its Commit.
+	PendingMax int
+	Stall      durable.Stall
+	// FS is the seam every file operation goes through; nil: the real
+	// file system. A crash-state test records a workload through it.
+	FS durable.FS
 }
 
 const (
@@ -84,7 +80,9 @@ type Stats struct {
 	// full disk); while the file lacks records they are retried with a
 	// backoff (flush.go).
 	CompactionsFailed int64
-	Failed            bool // an fsync failed: nothing written since is promised
+	Stalled           int64 // appends refused because the disk stalled (Options.Stall)
+	PendingPeak       int64 // the most records that waited to be written at once (bounded by PendingMax)
+	Failed            bool  // an fsync failed: nothing written since is promised
 }
 
 // Store is the durable broker state: an append-only log of changes
@@ -92,9 +90,11 @@ type Stats struct {
 // grown CompactRatio times larger than that state. See the package
 // documentation for the format and the durability contract.
 type Store struct {
-	opts Options
-	log  *slog.Logger
-	lock *os.File
+	opts  Options
+	log   *slog.Logger
+	fs    durable.FS
+	lock  durable.File
+	bound *durable.Bound // the pending records (PendingMax)
 
 	mu       sync.Mutex
 	md       *model
@@ -107,7 +107,10 @@ type Store struct {
 	failed   error // an fsync failed
 	closed   bool
 	fileSize int64 // flusher only, read under mu for Stats
-	file     *os.File
+	file     durable.File
+	// taken is how many of the records in pending hold a unit of bound
+	// (the flusher releases them once they are written).
+	taken int64
 
 	// pendingPos (under mu) is the position of the last record in
 	// pending: pos, or the one before the open group's (group.go).
@@ -126,13 +129,11 @@ type Store struct {
 
 	durable atomic.Uint64 // highest position written (and synced per the mode)
 
-	kick chan struct{}
-	quit chan struct{}
-	wg   sync.WaitGroup
+	flusher durable.Flusher // the group commit
 
-	bytesWritten, recordBytes, records, fsyncs, compactions, writeErrors atomic.Int64
-	compactionsFailed                                                    atomic.Int64
-	skippedRecords, skippedBytes, quarantined                            int64
+	bytesWritten, recordBytes, records, fsyncs, compactions, writeErrors, stalled atomic.Int64
+	compactionsFailed                                                             atomic.Int64
+	skippedRecords, skippedBytes, quarantined                                     int64
 }
 
 type waiter struct {
@@ -160,15 +161,22 @@ func Open(opts Options) (*Store, *State, error) {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	lg = lg.With("store", "state")
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+	if opts.PendingMax <= 0 {
+		opts.PendingMax = DefaultPendingMax
+	}
+	fs := durable.Or(opts.FS)
+	if err := fs.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("state store: %w", err)
 	}
-	lock, err := lockFile(filepath.Join(opts.Dir, lockName))
+	lock, err := fs.Lock(filepath.Join(opts.Dir, lockName))
+	if errors.Is(err, durable.ErrLocked) {
+		err = errors.New("in use by another edgegw")
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("state store: lock %s: %w", opts.Dir, err)
 	}
-	s := &Store{opts: opts, log: lg, lock: lock, md: newModel(),
-		kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	s := &Store{opts: opts, log: lg, fs: fs, lock: lock, md: newModel(),
+		bound: durable.NewBound(int64(opts.PendingMax))}
 	if err := s.load(); err != nil {
 		lock.Close()
 		return nil, nil, err
@@ -176,16 +184,19 @@ func Open(opts Options) (*Store, *State, error) {
 	s.nextSeq = s.md.maxSeq + 1
 	s.ensureReserve()
 	st := s.md.state()
-	s.wg.Add(1)
-	go s.flushLoop()
+	// SyncNone writes at once: a record must reach the file quickly to
+	// survive kill -9.
+	s.flusher = durable.Flusher{Mode: opts.Sync, Interval: opts.SyncInterval, NoneAtOnce: true,
+		Waiting: s.hasWaiters, Flush: s.flush}
+	s.flusher.Start()
 	return s, st, nil
 }
 
 // load reads state.log into the model and leaves s.file open for appending.
 func (s *Store) load() error {
 	path := filepath.Join(s.opts.Dir, logName)
-	os.Remove(filepath.Join(s.opts.Dir, tmpName)) // an interrupted compaction; state.log is intact
-	b, err := os.ReadFile(path)
+	s.fs.Remove(filepath.Join(s.opts.Dir, tmpName)) // an interrupted compaction; state.log is intact
+	b, err := s.fs.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		// Unreadable (an I/O error): keep it for inspection, start afresh.
 		s.log.Error("state file unreadable; moved aside, starting with empty broker state", "err", err)
@@ -207,7 +218,7 @@ func (s *Store) load() error {
 			s.log.Error("state file could not be rewritten; appending to it as it is", "err", err)
 		}
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
+	f, err := s.fs.OpenFile(path, os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("state store: %w", err)
 	}
@@ -255,7 +266,7 @@ func (s *Store) loadRecords(path string, b []byte) (compact bool) {
 		s.log.Warn("state file header damaged; records intact, header rewritten",
 			"reason", why, "header", fmt.Sprintf("%x", b[:headerSize]), "records", res.records,
 			"torn_bytes", res.tail)
-		if err := rewriteHeader(path); err != nil {
+		if err := rewriteHeader(s.fs, path); err != nil {
 			s.log.Error("state file header could not be rewritten; rewriting the file", "err", err)
 			return true
 		}
@@ -293,8 +304,8 @@ func headerProblem(b []byte) string {
 
 // rewriteHeader writes a good header over the first bytes of the file at
 // path and fsyncs it.
-func rewriteHeader(path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+func rewriteHeader(fs durable.FS, path string) error {
+	f, err := fs.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("rewrite header: %w", err)
 	}
@@ -320,7 +331,7 @@ func (s *Store) quarantinedLog(path, why string, size int) {
 func (s *Store) quarantine(path string) {
 	s.quarantined++
 	dst := fmt.Sprintf("%s.corrupt-%d", path, time.Now().UnixNano())
-	if err := os.Rename(path, dst); err != nil {
+	if err := s.fs.Rename(path, dst); err != nil {
 		s.log.Error("state file could not be moved aside", "err", err)
 		return
 	}
@@ -344,23 +355,11 @@ func (s *Store) compact(data []byte) error {
 
 // writeSnapshot is one attempt of compact.
 func (s *Store) writeSnapshot(data []byte) error {
-	tmp := filepath.Join(s.opts.Dir, tmpName)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("compact: %w", err)
-	}
-	n, err := f.Write(data)
-	s.bytesWritten.Add(int64(n))
-	if err == nil {
-		s.fsyncs.Add(1)
-		err = f.Sync()
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(s.opts.Dir, logName))
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(tmp)
+	var m durable.Meter
+	f, installed, err := durable.Replace(s.fs, filepath.Join(s.opts.Dir, tmpName), filepath.Join(s.opts.Dir, logName), data, true, &m)
+	s.bytesWritten.Add(m.Bytes())
+	s.fsyncs.Add(m.Syncs())
+	if !installed {
 		return fmt.Errorf("compact: %w", err)
 	}
 	if s.file != nil {
@@ -371,37 +370,50 @@ func (s *Store) writeSnapshot(data []byte) error {
 	s.fileSize = int64(len(data))
 	s.mu.Unlock()
 	s.compactions.Add(1)
-	s.fsyncs.Add(1)
-	if err := syncDir(s.opts.Dir); err != nil {
-		return fmt.Errorf("compact: sync dir: %w", err)
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
 	}
 	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // append encodes r, applies it to the model and returns its position.
+// Outside a group it first takes a unit of the pending bound: with a
+// stalled disk it waits there, or returns Refused (Options.Stall) and
+// the record is neither applied nor written.
 func (s *Store) append(r *rec) uint64 {
+	s.mu.Lock()
+	inGroup := s.grp != nil
+	s.mu.Unlock()
+	took := false
+	if !inGroup {
+		if err := s.takeRoom(); errors.Is(err, durable.ErrStalled) {
+			s.stalled.Add(1)
+			return Refused
+		} else if err != nil {
+			return 0 // closed
+		}
+		took = true
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		if took {
+			s.bound.Release(1)
+		}
 		return 0
 	}
 	if g := s.grp; g != nil {
+		// A group opened meanwhile: its records are not counted.
+		if took {
+			s.bound.Release(1)
+		}
 		g.recs = append(g.recs, *r)
 		s.md.apply(r)
 		s.mu.Unlock()
 		return g.pos
+	}
+	if took {
+		s.taken++ // else a group closed meanwhile: the record is not counted
 	}
 	first := len(s.pending) == 0
 	n := len(s.pending)
@@ -419,12 +431,7 @@ func (s *Store) append(r *rec) uint64 {
 	return p
 }
 
-func (s *Store) wake() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
+func (s *Store) wake() { s.flusher.Kick() }
 
 // RetainSet records a retained message (replacing the topic's previous one).
 func (s *Store) RetainSet(m Msg) uint64 { return s.append(&rec{op: opRetainSet, msg: m}) }
@@ -493,6 +500,10 @@ func (s *Store) InQoS2Del(client string, pid uint16) uint64 {
 // kept per the sync mode, or with the error that prevents it. fn is called
 // from the flusher goroutine, or at once; it must not block.
 func (s *Store) WhenDurable(pos uint64, fn func(error)) {
+	if pos == Refused {
+		fn(durable.ErrStalled)
+		return
+	}
 	s.mu.Lock()
 	if err := s.failed; err != nil || pos <= s.durable.Load() {
 		s.mu.Unlock()
@@ -518,6 +529,7 @@ func (s *Store) Wait(pos uint64) error {
 
 // Stats returns the counters.
 func (s *Store) Stats() Stats {
+	_, peak := s.bound.Pending()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{
@@ -526,6 +538,7 @@ func (s *Store) Stats() Stats {
 		LiveBytes: s.md.live + headerSize, SkippedRecords: s.skippedRecords, SkippedBytes: s.skippedBytes,
 		Quarantined: s.quarantined, WriteErrors: s.writeErrors.Load(), Failed: s.failed != nil,
 		CompactionsFailed: s.compactionsFailed.Load(),
+		Stalled:           s.stalled.Load(), PendingPeak: peak,
 	}
 }
 
@@ -540,8 +553,8 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	close(s.quit)
-	s.wg.Wait()
+	s.flusher.Stop()
+	s.bound.Close()
 	s.mu.Lock()
 	err := s.failed
 	s.mu.Unlock()

@@ -2,14 +2,19 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/edgegw/edgegw/internal/durable"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -229,5 +234,156 @@ func TestOpenVersion1File(t *testing.T) {
 	b, _ = os.ReadFile(filepath.Join(dir, logName))
 	if b[4] != formatVersion {
 		t.Fatalf("header still names version %d", b[4])
+	}
+}
+
+// stallFS is the real file system whose state.log writes and fsyncs
+// block while the disk is stalled (a dying SD card, a saturated bus).
+type stallFS struct {
+	durable.OS
+	mu      sync.Mutex
+	stalled bool
+	resume  chan struct{}
+	blocked atomic.Int32 // operations waiting on the stall now
+}
+
+func newStallFS() *stallFS { return &stallFS{resume: make(chan struct{})} }
+
+func (f *stallFS) stall() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stalled, f.resume = true, make(chan struct{})
+}
+
+func (f *stallFS) unstall() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stalled = false
+	close(f.resume)
+}
+
+func (f *stallFS) wait() {
+	f.mu.Lock()
+	stalled, resume := f.stalled, f.resume
+	f.mu.Unlock()
+	if stalled {
+		f.blocked.Add(1)
+		<-resume
+		f.blocked.Add(-1)
+	}
+}
+
+func (f *stallFS) OpenFile(name string, flag int, perm os.FileMode) (durable.File, error) {
+	file, err := f.OS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != logName && filepath.Base(name) != tmpName {
+		return file, err
+	}
+	return &stallFile{File: file, fs: f}, nil
+}
+
+type stallFile struct {
+	durable.File
+	fs *stallFS
+}
+
+func (f *stallFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.wait()
+	return f.File.WriteAt(p, off)
+}
+
+func (f *stallFile) Sync() error {
+	f.fs.wait()
+	return f.File.Sync()
+}
+
+// With the disk stalled the records waiting to be written stay within
+// PendingMax: with StallWait the publisher waits (and goes on once the
+// disk does), with StallRefuse it is refused (WhenDurable reports
+// durable.ErrStalled) and the refused records are neither kept nor
+// written; the accepted ones are.
+func TestStalledDiskBoundsPendingRecords(t *testing.T) {
+	const max, n = 8, 20
+	for _, policy := range []durable.Stall{durable.StallWait, durable.StallRefuse} {
+		t.Run(policy.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			fs := newStallFS()
+			s, _, err := Open(Options{Dir: dir, Sync: SyncBatch, SyncInterval: time.Millisecond, FS: fs,
+				PendingMax: max, Stall: policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			fs.stall()
+			var appended atomic.Int32
+			poss := make([]uint64, n)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := range n {
+					poss[i] = s.RetainSet(Msg{Topic: fmt.Sprintf("t/%d", i), Payload: []byte("x"), Retain: true})
+					appended.Add(1)
+				}
+			}()
+			if policy == durable.StallWait {
+				// The flusher is stuck in its write; the publisher has
+				// put max records in and waits for room.
+				testutil.Eventually(t, 10*time.Second, "the bound full and the flusher stalled", func() bool {
+					return appended.Load() == max && fs.blocked.Load() == 1
+				})
+				select {
+				case <-done:
+					t.Fatal("every append returned while the disk was stalled")
+				default:
+				}
+				fs.unstall()
+				<-done
+				for i, pos := range poss {
+					if err := s.Wait(pos); err != nil {
+						t.Fatalf("record %d: %v", i, err)
+					}
+				}
+			} else {
+				<-done // refusals do not wait
+				refused := 0
+				for _, pos := range poss {
+					if pos == Refused {
+						refused++
+					}
+				}
+				if refused != n-max {
+					t.Fatalf("%d refused, want %d", refused, n-max)
+				}
+				if err := s.Wait(poss[n-1]); !errors.Is(err, durable.ErrStalled) {
+					t.Fatalf("a refused record: %v, want ErrStalled", err)
+				}
+				if st := s.Stats(); st.Stalled != n-max {
+					t.Fatalf("Stats.Stalled %d", st.Stalled)
+				}
+				fs.unstall()
+				for i, pos := range poss[:max] {
+					if err := s.Wait(pos); err != nil {
+						t.Fatalf("accepted record %d: %v", i, err)
+					}
+				}
+				if err := s.Wait(s.RetainSet(Msg{Topic: "later", Payload: []byte("y"), Retain: true})); err != nil {
+					t.Fatalf("after the stall: %v", err)
+				}
+			}
+			if st := s.Stats(); st.PendingPeak > max {
+				t.Fatalf("pending peaked at %d records, bound %d", st.PendingPeak, max)
+			}
+			s.Close()
+			_, st := open(t, dir, SyncBatch)
+			got := map[string]bool{}
+			for _, m := range st.Retained {
+				got[m.Topic] = true
+			}
+			for i := range n {
+				want := policy == durable.StallWait || i < max
+				if got[fmt.Sprintf("t/%d", i)] != want {
+					t.Errorf("t/%d kept %v, want %v", i, !want, want)
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package spool
+package durable
 
 import (
 	"errors"
@@ -8,10 +8,10 @@ import (
 	"syscall"
 )
 
-// lockDir opens path and takes an exclusive flock on it, so that two
-// processes never append to the same spool. Closing the file releases it;
-// so does the kernel when the process dies.
-func lockDir(path string) (*os.File, error) {
+// lockFile opens path and takes an exclusive flock on it, so that two
+// processes never write the same log. Closing the file releases it; so
+// does the kernel when the process dies.
+func lockFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
