@@ -1,13 +1,16 @@
 package gateway
 
-// A message whose verdict can still be a refusal (an asynchronous sink, a
-// synchronous sink's error, the state store's records) is withheld from
-// its subscribers until the verdict is in: every copy waits in its queue
-// (takeSendable stops at it) and, if refused, is taken out of every queue
-// and off the retained store, so a message its publisher was told was not
-// kept (0x83, or no ack) reaches no one, and its resend arrives once. A
-// message nobody can refuse (QoS 0, no state store and no sink) has no
-// hold and is delivered at once.
+// A client's message whose verdict can still be a refusal (an
+// asynchronous sink, a synchronous sink's error, the state store's
+// records) is withheld from its subscribers until the verdict is in:
+// every copy waits in its queue (takeSendable stops at it) and, if
+// refused, is taken out of every queue and off the retained store, so a
+// message its publisher was told was not kept (0x83, or no ack) reaches
+// no one, and its resend arrives once. A message nobody can refuse (QoS
+// 0, no state store and no sink) has no hold and is delivered at once.
+// Nor has a bridge's inbound message (Publish, PublishExactlyOnce): its
+// exactly-once design keeps the id with the routing in one state record
+// and accepts a resend routed again after a refusal (exactlyonce.go).
 
 import (
 	"sync"

@@ -14,9 +14,11 @@ package gateway
 //
 // The feed: a SUBSCRIBE takes the matching retained messages (pointers;
 // the messages stay shared with the store) and the session feeds them into
-// its queue only while the queue is below half its limits, when the
-// writer takes from it (takeSendable). A subscriber that keeps up gets
-// every retained message, and the queue's limits hold. A topic that gets
+// its queue only while the queue is below half its limits: at once, before
+// the SUBACK goes (so what fits precedes anything published after the
+// SUBSCRIBE), then whenever the writer takes from the queue
+// (takeSendable). A subscriber that keeps up gets every retained message,
+// and the queue's limits hold. A topic that gets
 // a live message while the feed runs has its retained message skipped: it
 // would be older than what the subscriber already has. The feed lives in
 // memory: a session that goes offline keeps it for its next connection,
@@ -82,21 +84,23 @@ func (s *session) startFeed() {
 	}
 }
 
-// addFeed queues a subscription's retained messages for the feed, or
-// ends a feed that has nothing (left) to send.
-func (s *session) addFeed(c *client, b retainedBatch) bool {
+// addFeed queues a subscription's retained messages for the feed.
+func (s *session) addFeed(c *client, b retainedBatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn != c || s.feed == nil {
-		return false
-	}
-	if len(b.msgs) > 0 {
+	if s.conn == c && s.feed != nil && len(b.msgs) > 0 {
 		s.feed.batches = append(s.feed.batches, b)
 	}
-	if len(s.feed.batches) == 0 {
-		s.feed = nil
-	}
-	return true
+}
+
+// feedNow queues what fits of the feed at once, before the SUBACK's
+// writer wakes: a client that has seen its SUBACK gets those retained
+// messages before anything published after it (all of them when they fit
+// in half the queue). It ends a feed with nothing to send.
+func (s *session) feedNow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.feedQueue()
 }
 
 // feedQueue moves retained messages into the queue while it is below half

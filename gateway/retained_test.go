@@ -201,3 +201,28 @@ func TestRetainedStoreBound(t *testing.T) {
 		t.Fatalf("under the bytes bound: retained %d, refused %d; want 10 and 10", st.Retained, st.RetainedRefused)
 	}
 }
+
+// TestRetainedBeforeLaterLive: retained messages that fit in half the
+// queue are queued at SUBSCRIBE: a message published after the SUBSCRIBE
+// (here by the subscriber itself, in the same write, so it is routed
+// before the broker writes anything) comes after all of them.
+func TestRetainedBeforeLaterLive(t *testing.T) {
+	const n = 400 // under half of the default 1,000
+	b := startBroker(t, gateway.Options{AllowAnonymous: true})
+	publishRetained(t, b.addr, n, func(i int) string { return fmt.Sprintf("r/%d", i) })
+	sub, _ := rawConnect(t, b.addr, packet.V311, "", true, nil)
+	both, _ := packet.Append(nil, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "r/#"}, {Filter: "marker"}}}, packet.V311)
+	both, _ = packet.Append(both, &packet.Publish{Topic: "marker", Payload: []byte("m")}, packet.V311)
+	if err := sub.write(both); err != nil {
+		t.Fatal(err)
+	}
+	expect[*packet.Suback](t, sub, 10*time.Second)
+	for i := range n {
+		if p := sub.nextPublish(10 * time.Second); p.Topic == "marker" {
+			t.Fatalf("the later message arrived after %d of %d retained messages", i, n)
+		}
+	}
+	if p := sub.nextPublish(10 * time.Second); p.Topic != "marker" {
+		t.Fatalf("got %s, want the marker", p.Topic)
+	}
+}

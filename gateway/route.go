@@ -136,7 +136,7 @@ func (s *Server) routeVia(m *Message, d deferrer, from *client) (pending, matche
 		s.stats.received.Add(1)
 	}
 	h := keeper{d: d, from: from}
-	if m.QoS > 0 && (s.state != nil || s.sinks.active()) {
+	if _, client := d.(*pendingAck); client && m.QoS > 0 && (s.state != nil || s.sinks.active()) {
 		h.hold = armHold(s, m) // something may still refuse it: its copies wait (hold.go)
 	}
 	if m.Retain {

@@ -105,7 +105,7 @@ func (c *client) handleSubscribe(p *packet.Subscribe) error {
 		c.sess.addFeed(c, b)
 	}
 	if len(sends) > 0 {
-		c.sess.addFeed(c, retainedBatch{}) // ends a feed with nothing to send
+		c.sess.feedNow()
 	}
 	c.kick()
 	return nil
