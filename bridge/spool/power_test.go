@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,18 +171,6 @@ func TestPowerCutKeepsWhatWasReportedKept(t *testing.T) {
 //
 // CRASHSIM_STATES sets the states per mode (make crashsim); the default
 // is the sample every go test runs.
-
-// crashStates is the number of states per mode and workload.
-func crashStates(t *testing.T) int {
-	if v := os.Getenv("CRASHSIM_STATES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("CRASHSIM_STATES=%q", v)
-		}
-		return n
-	}
-	return 60
-}
 
 // cutMsg is what the workload knows of one message, with the marks
 // (crashsim.Recorder.Len) of what it was told when.
@@ -417,16 +404,11 @@ func TestPowerCutStates(t *testing.T) {
 		for _, mode := range []SyncMode{SyncAlways, SyncBatch, SyncNone} {
 			t.Run(kind+"/"+mode.String(), func(t *testing.T) {
 				// Enough crash points for the states asked for.
-				w := crashWorkload(t, mode, kind, max(36, crashStates(t)/6))
+				w := crashWorkload(t, mode, kind, max(36, crashsim.Budget(t, 60)/6))
 				tr := w.rec.Trace()
-				scratch, done, err := crashsim.Scratch(t.TempDir())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer done()
 				var worst, lossy, resent, maxResent int
 				paths := map[string]bool{}
-				res, err := crashsim.Explore(tr, crashsim.Options{Max: crashStates(t), Seed: uint64(mode) + 1}, scratch, 10,
+				res, err := crashsim.Explore(tr, crashsim.Options{Max: crashsim.Budget(t, 60), Seed: uint64(mode) + 1}, "", 10,
 					func(dir string, st crashsim.State) error {
 						var l crashLoss
 						err := w.check(dir, st, &l)
@@ -473,12 +455,7 @@ func TestPowerCutStatesCatchPlantedBugs(t *testing.T) {
 	} {
 		t.Run(bug.name, func(t *testing.T) {
 			w := crashWorkload(t, SyncBatch, "segments", 12, bug.plant)
-			scratch, done, err := crashsim.Scratch(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer done()
-			res, err := crashsim.Explore(w.rec.Trace(), crashsim.Options{Max: 300, Seed: 5}, scratch, 1000,
+			res, err := crashsim.Explore(w.rec.Trace(), crashsim.Options{Max: 300, Seed: 5}, "", 1000,
 				func(dir string, st crashsim.State) error { return w.check(dir, st, &crashLoss{}) })
 			if err != nil {
 				t.Fatal(err)

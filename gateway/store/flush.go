@@ -2,11 +2,8 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -20,7 +17,7 @@ import (
 // takeRoom takes one record's room in the pending bound, waiting or
 // refused (durable.ErrStalled) as Options.Stall says.
 func (s *Store) takeRoom() error {
-	return s.bound.Take(context.Background(), 1, s.opts.Stall)
+	return s.bound.Admit(1, s.opts.Stall)
 }
 
 func (s *Store) hasWaiters() bool {
@@ -183,17 +180,6 @@ func (s *Store) write(buf []byte, final bool) error {
 		return err
 	}
 	return nil
-}
-
-// fileErr names state.log in an error of s.file: after a compaction the
-// handle is the snapshot's, and its errors would name state.log.tmp, the
-// name it was created under before the rename.
-func (s *Store) fileErr(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return &os.PathError{Op: pe.Op, Path: filepath.Join(s.opts.Dir, logName), Err: pe.Err}
-	}
-	return err
 }
 
 const (

@@ -3,11 +3,8 @@ package store
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,17 +31,6 @@ import (
 //
 // CRASHSIM_STATES sets the states per mode (make crashsim).
 
-func crashStates(t *testing.T) int {
-	if v := os.Getenv("CRASHSIM_STATES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("CRASHSIM_STATES=%q", v)
-		}
-		return n
-	}
-	return 60
-}
-
 // retOp is one retained change: a set (val) or a clear (del).
 type retOp struct {
 	val   []byte
@@ -65,7 +51,6 @@ type queued struct {
 type storeWork struct {
 	rec  *crashsim.Recorder
 	opts Options
-	mu   sync.Mutex
 	ret  map[string][]retOp
 	q    map[uint64]*queued // by seq
 }
@@ -302,17 +287,11 @@ func TestPowerCutStates(t *testing.T) {
 	for _, mode := range []Sync{SyncAlways, SyncBatch, SyncNone} {
 		t.Run(mode.String(), func(t *testing.T) {
 			// Enough crash points for the states asked for.
-
-			w := storeWorkload(t, mode, max(40, crashStates(t)/6))
+			w := storeWorkload(t, mode, max(40, crashsim.Budget(t, 60)/6))
 			tr := w.rec.Trace()
-			scratch, done, err := crashsim.Scratch(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer done()
 			worst, lossy := 0, 0
 			paths := map[string]bool{}
-			res, err := crashsim.Explore(tr, crashsim.Options{Max: crashStates(t), Seed: uint64(mode) + 11}, scratch, 10,
+			res, err := crashsim.Explore(tr, crashsim.Options{Max: crashsim.Budget(t, 60), Seed: uint64(mode) + 11}, "", 10,
 				func(dir string, st crashsim.State) error {
 					lost, path := 0, ""
 					err := w.check(dir, st, &lost, &path)

@@ -564,3 +564,14 @@ func (s *Store) Close() error {
 	s.lock.Close()
 	return err
 }
+
+// fileErr names state.log in an error of s.file: after a compaction the
+// handle is the snapshot's, and its errors would name state.log.tmp, the
+// name it was created under before the rename.
+func (s *Store) fileErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return &os.PathError{Op: pe.Op, Path: filepath.Join(s.opts.Dir, logName), Err: pe.Err}
+	}
+	return err
+}

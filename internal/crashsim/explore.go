@@ -3,6 +3,7 @@ package crashsim
 import (
 	"fmt"
 	"os"
+	"strconv"
 )
 
 // Violation is a state whose recovery broke a promise.
@@ -21,12 +22,21 @@ type Result struct {
 }
 
 // Explore writes each state of the trace (States(o)) into a new directory
-// under base and calls check with it; check runs the log's real recovery
-// there and returns what it broke, if anything. The directory is removed
+// under base (with base "", under a Scratch directory of its own) and
+// calls check with it; check runs the log's real recovery there and
+// returns what it broke, if anything. The directory is removed
 // afterwards. It stops early after maxViolations (0: 20).
 func Explore(tr *Trace, o Options, base string, maxViolations int, check func(dir string, st State) error) (Result, error) {
 	if maxViolations <= 0 {
 		maxViolations = 20
+	}
+	if base == "" {
+		dir, done, err := Scratch(os.TempDir())
+		if err != nil {
+			return Result{}, err
+		}
+		defer done()
+		base = dir
 	}
 	var res Result
 	seen := map[[32]byte]bool{}
@@ -54,6 +64,27 @@ func Explore(tr *Trace, o Options, base string, maxViolations int, check func(di
 		}
 	}
 	return res, nil
+}
+
+// TB is what Budget needs of a testing.TB.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Budget is the number of states a test explores per workload and mode:
+// $CRASHSIM_STATES (make crashsim sets it), or def.
+func Budget(t TB, def int) int {
+	t.Helper()
+	v := os.Getenv("CRASHSIM_STATES")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("CRASHSIM_STATES=%q: want a positive number", v)
+	}
+	return n
 }
 
 // Scratch returns a directory for the states: on tmpfs (/dev/shm) when

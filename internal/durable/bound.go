@@ -83,6 +83,10 @@ func (b *Bound) Take(ctx context.Context, n int64, p Stall) error {
 	}
 }
 
+// Admit is Take without a context: a waiter leaves only when there is
+// room or the bound is closed.
+func (b *Bound) Admit(n int64, p Stall) error { return b.Take(context.Background(), n, p) }
+
 // Release returns n units: the flusher wrote them (or they were taken
 // back).
 func (b *Bound) Release(n int64) {
