@@ -23,6 +23,7 @@ func TestDefaultsAgree(t *testing.T) {
 		"ReceiveMaximum":    "follows max_inflight (no key of its own)",
 		"TopicAliasMaximum": "no key",
 		"SysInterval":       "no key",
+		"ShutdownGrace":     "no key (a stop's wait for persistent clients' acks, gateway/drain.go)",
 		"Version":           "set by run from the build, not configured",
 	})
 	agree(t, "bridge.Config", bridgeConfig(config.DefaultBridge(), def.Persistence), bridge.DefaultConfig(), nil)
