@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"bytes"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -34,8 +35,9 @@ func (l *lockedLog) String() string {
 // mosquitto end each other's connection at every reconnect; within 10 s,
 // with the default reconnect_min, each logs one ERROR line naming the
 // client id, and its last error (the status page, /status.json) says
-// another client probably uses it. Over MQTT 3.1.1 mosquitto just closes
-// the socket; over 5 it says 0x8E session taken over.
+// another client probably uses it. Debian's mosquitto (2.0.11) just
+// closes the socket over both protocols: the streak names it
+// (TestTakenOverNamedAtOnce: an upstream that says 0x8E).
 func TestClientIDCollisionNamed(t *testing.T) {
 	for _, proto := range []string{bridge.Protocol311, bridge.Protocol5} {
 		t.Run("mqtt"+proto, func(t *testing.T) {
@@ -100,5 +102,31 @@ func TestNoCollisionForOneBridge(t *testing.T) {
 	b.waitState(t, bridge.Connected)
 	if e := b.Stats().LastError; strings.Contains(e, "another client") {
 		t.Errorf("last error %q names a collision", e)
+	}
+}
+
+// TestTakenOverNamedAtOnce: over MQTT 5 an upstream that says why it
+// ended the connection, DISCONNECT 0x8E session taken over (the gateway's
+// own broker does; Debian's mosquitto 2.0.11 just closes the socket),
+// names the collision at the first such end, without a streak: one other
+// client (mosquitto_pub) connecting once with the bridge's client id is
+// enough.
+func TestTakenOverNamedAtOnce(t *testing.T) {
+	up := startGateway(t) // the upstream
+	gw := startGateway(t)
+	cfg := testConfig(t, "taken", "tcp://"+up.addr)
+	cfg.Protocol = bridge.Protocol5
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+	host, port, _ := strings.Cut(up.addr, ":")
+	out, err := exec.Command("mosquitto_pub", "-V", "5", "-h", host, "-p", port, "-i", cfg.ClientID, "-t", "x", "-m", "y").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mosquitto_pub (mosquitto-clients, scripts/install-test-deps.sh): %v: %s", err, out)
+	}
+	testutil.Eventually(t, 10*time.Second, "collision named", func() bool {
+		return strings.Contains(b.Stats().LastError, `another client is probably using client id "edge-taken"`)
+	})
+	if e := b.Stats().LastError; !strings.Contains(e, "0x8e") {
+		t.Errorf("last error %q does not say the upstream's DISCONNECT 0x8e", e)
 	}
 }

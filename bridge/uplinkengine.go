@@ -362,7 +362,7 @@ func connackErr(err error, v5 bool) error {
 func (s *uplinkEngine) watch() {
 	defer close(s.watched)
 	<-s.link.Done()
-	err := s.link.Err()
+	err := engineEnd(s.link.Err())
 	switch {
 	case errors.Is(err, session.ErrWatchdog):
 		s.b.trips.Add(1)
@@ -377,6 +377,16 @@ func (s *uplinkEngine) watch() {
 	case s.lost <- err:
 	default:
 	}
+}
+
+// engineEnd is a link's end reason as the bridge's: the peer's
+// DISCONNECT (MQTT 5) as serverDisconnect, whose reason code names a
+// client id collision at once (collision.go), as on the paho path.
+func engineEnd(err error) error {
+	if de, ok := errors.AsType[*session.DisconnectError](err); ok {
+		return &serverDisconnect{rc: de.Code}
+	}
+	return err
 }
 
 // close ends the link and waits for its goroutines and watch.
@@ -506,12 +516,13 @@ func (b *Bridge) syncSubsEngine(s *uplinkEngine, add map[string]byte, del []stri
 }
 
 // noAnswer is err, a failed request, as errNoAnswer when the engine gave
-// up waiting for the answer (stuck.go: not the peer's doing).
+// up waiting for the answer (stuck.go: not the peer's doing), and the
+// link's end as the bridge's (engineEnd) when it ended meanwhile.
 func (s *uplinkEngine) noAnswer(_ context.Context, err error) error {
 	if errors.Is(err, session.ErrNoAnswer) {
 		return fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
-	return err
+	return engineEnd(err)
 }
 
 // resumed returns the flows the engine re-sent on connect, oldest record

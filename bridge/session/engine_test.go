@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -16,8 +18,10 @@ import (
 
 	"github.com/edgegw/edgegw/bridge/session"
 	"github.com/edgegw/edgegw/bridge/wire"
+	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
 	"github.com/edgegw/edgegw/internal/testutil"
+	"github.com/edgegw/edgegw/listeners"
 )
 
 // broker is a Debian mosquitto for one test.
@@ -407,4 +411,57 @@ func TestAckWatchdog(t *testing.T) {
 			t.Fatalf("link ended with %v, want the watchdog", err)
 		}
 	})
+}
+
+// gatewayBroker is the gateway's own broker on a TCP listener: unlike
+// Debian's mosquitto 2.0.11, which closes the socket of a connection
+// another one took over, it sends an MQTT 5 client DISCONNECT 0x8E first.
+func gatewayBroker(t *testing.T) string {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := gateway.New(gateway.Options{AllowAnonymous: true}, log)
+	ln := &listeners.TCP{Name: "test", Address: "127.0.0.1:0", Log: log}
+	if err := ln.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); srv.Run(ctx) }()
+	go func() { defer wg.Done(); ln.Serve(ctx, srv.ServeConn) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return ln.Addr().String()
+}
+
+// TestServerDisconnectSaysItsReason: over MQTT 5, a second connection
+// with the link's client id makes the broker end the first with
+// DISCONNECT 0x8E session taken over [MQTT-3.1.4-3]; the first link's
+// error is a DisconnectError with that code (the bridge names a client id
+// collision by it), and is ErrServerDisconnect.
+func TestServerDisconnectSaysItsReason(t *testing.T) {
+	addr := gatewayBroker(t)
+	cfg := config(packet.V5)
+	e1, err := session.New(cfg, session.NewMemStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := session.New(cfg, session.NewMemStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1 := connect(t, e1, addr)
+	connect(t, e2, addr)
+	select {
+	case <-l1.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first link is still up after a second connection took its client id")
+	}
+	err = l1.Err()
+	var de *session.DisconnectError
+	if !errors.As(err, &de) || de.Code != 0x8E {
+		t.Fatalf("link ended with %v, want DISCONNECT 0x8e", err)
+	}
+	if !errors.Is(err, session.ErrServerDisconnect) {
+		t.Errorf("%v is not ErrServerDisconnect", err)
+	}
 }

@@ -29,7 +29,8 @@ var (
 	ErrWatchdog = errors.New("ack watchdog: no ack and nothing from upstream")
 	// ErrVersionRefused: the peer does not speak the protocol version.
 	ErrVersionRefused = errors.New("upstream refuses the protocol version")
-	// ErrServerDisconnect: the peer sent DISCONNECT (MQTT 5).
+	// ErrServerDisconnect: the peer sent DISCONNECT (MQTT 5); the link's
+	// error is then a *DisconnectError, which says its reason code.
 	ErrServerDisconnect = errors.New("upstream sent DISCONNECT")
 	// ErrStopped: the link was closed by its owner.
 	ErrStopped = errors.New("stopped")
@@ -38,6 +39,17 @@ var (
 	// [MQTT-2.2.1-3], so the link is torn down: a new connection frees it.
 	ErrNoAnswer = errors.New("no answer to a SUBSCRIBE or UNSUBSCRIBE")
 )
+
+// DisconnectError is the peer's DISCONNECT (MQTT 5) as the link's end:
+// its reason code says why the peer ended it (0x8E: another connection
+// took the session over [MQTT-3.1.4-3]). It is ErrServerDisconnect.
+type DisconnectError struct{ Code byte }
+
+func (e *DisconnectError) Error() string {
+	return fmt.Sprintf("%v 0x%02x", ErrServerDisconnect, e.Code)
+}
+
+func (e *DisconnectError) Is(target error) bool { return target == ErrServerDisconnect }
 
 // ConnackError is a CONNACK refusing the connection.
 type ConnackError struct{ Code byte }

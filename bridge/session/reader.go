@@ -101,7 +101,7 @@ func (l *Link) handle(p packet.Packet) error {
 		return l.inboundRelease(p.PacketID)
 	case *packet.Pingresp:
 	case *packet.Disconnect:
-		return fmt.Errorf("%w 0x%02x", ErrServerDisconnect, byte(p.ReasonCode))
+		return &DisconnectError{Code: byte(p.ReasonCode)}
 	default:
 		return fmt.Errorf("unexpected %s from upstream", p.Type())
 	}
