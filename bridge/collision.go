@@ -88,7 +88,8 @@ type collisionError struct {
 }
 
 func (e *collisionError) Error() string {
-	return fmt.Sprintf("another client is probably using client id %q: the upstream keeps ending the connection right after it connects: %v",
+	return fmt.Sprintf("another client is probably using client id %q: the upstream keeps ending the connection right after it connects "+
+		"(or it refuses what the bridge sends at once: more QoS 2 messages in flight than it takes, see max_inflight_qos2): %v",
 		e.clientID, e.err)
 }
 
@@ -116,7 +117,8 @@ func (b *Bridge) noteCollision(ctx context.Context, up time.Duration, why error,
 	}
 	if first {
 		b.log.Error("another client is probably using this bridge's client id: the cloud broker ended the connection right after it connected, "+
-			"each time; give every gateway its own client_id (docs/bridge.md, two clients with one client id)",
+			"each time; give every gateway its own client_id (docs/bridge.md, two clients with one client id); "+
+			"a broker that takes fewer QoS 2 messages in flight than max_inflight_qos2 closes the connection the same way (lower max_inflight_qos2)",
 			"client_id", b.cfg.ClientID, "times", b.collide.n, "reason", why)
 	}
 	return &collisionError{clientID: b.cfg.ClientID, err: why}, true

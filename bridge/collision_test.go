@@ -68,6 +68,9 @@ func TestClientIDCollisionNamed(t *testing.T) {
 				for _, l := range strings.Split(logs[i].String(), "\n") {
 					if strings.Contains(l, "level=ERROR") && strings.Contains(l, "another client is probably using this bridge's client id") {
 						lines++
+						if !strings.Contains(l, "lower max_inflight_qos2") {
+							t.Errorf("bridge %d: the ERROR line does not name the other cause, a QoS 2 quota below max_inflight_qos2: %s", i, l)
+						}
 						if !strings.Contains(l, "client_id=edge-shared") {
 							t.Errorf("bridge %d: the ERROR line does not name the client id: %s", i, l)
 						}

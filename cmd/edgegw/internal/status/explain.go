@@ -11,7 +11,7 @@ import (
 // error is shown next to it.
 var explanations = []struct{ substr, text string }{
 	// Before "connection reset" and "EOF", which the bridge's hints wrap (bridge/collision.go, bridge/stuck.go).
-	{"another client is probably using client id", "Another client probably uses this bridge's client id: the cloud broker keeps ending the connection right after it connects, as it does when a second client logs in with the same id (two gateways from one config). Give each gateway its own client_id (the default is unique per machine; ${env:NAME} gives one per container)."},
+	{"another client is probably using client id", "Another client probably uses this bridge's client id: the cloud broker keeps ending the connection right after it connects, as it does when a second client logs in with the same id (two gateways from one config). Give each gateway its own client_id (the default is unique per machine; ${env:NAME} gives one per container). A broker that takes fewer QoS 2 messages in flight than max_inflight_qos2 (mosquitto's max_inflight_messages) ends the connection the same way: then lower max_inflight_qos2."},
 	{"max_packet_size", "The cloud broker keeps closing the connection right after the same message: it is probably larger than the broker's packet size limit. Set bridges[].max_packet_size to that limit (larger messages are then dropped as packet too large and the rest flows); until then that message blocks the ones behind it."},
 	{"connection refused", "The cloud broker's host answered but nothing accepts connections on that port (broker down or wrong port)."},
 	{"no such host", "The cloud broker's name does not resolve (DNS, or no network)."},
