@@ -79,6 +79,9 @@ func (s *session) awaitingFirstAck() bool {
 	if s.conn == nil || s.conn != s.drainFor {
 		return false
 	}
+	if s.relOwed > 0 {
+		return true // a PUBREL is decided but not yet queued: closing now would lose it
+	}
 	for _, f := range s.inflight {
 		if !f.released && !f.resend {
 			return true

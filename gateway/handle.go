@@ -25,6 +25,7 @@ func (c *client) handle(pk packet.Packet) error {
 				code = packet.PacketIDNotFound
 			}
 			c.sendAck(packet.PUBREL, p.PacketID, code)
+			c.sess.relQueued()
 		}
 		return c.acked(v, "PUBREC", p.PacketID)
 	case *packet.Pubrel:

@@ -247,6 +247,7 @@ func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVe
 	}
 	f := s.inflight[id]
 	if f == nil {
+		s.relOwed++
 		return ackIgnored, true, false
 	}
 	if f.q.qos != 2 {
@@ -260,9 +261,20 @@ func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVe
 		f.released = true
 		s.charge(-f.q.msg.size()) // the payload is no longer needed once PUBREC arrived
 		s.persistReleased(f.q)
-		s.drainProgress()
 	}
+	// A drain ends once this PUBREL is queued (relQueued), not now: a
+	// close before it is queued would send nothing.
+	s.relOwed++
 	return ackIgnored, true, true
+}
+
+// relQueued is called after every PUBREL that ackPubrec said to send is
+// queued on the connection.
+func (s *session) relQueued() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.relOwed--
+	s.drainProgress()
 }
 
 // ackPubcomp handles PUBCOMP. A PUBCOMP for a QoS 1 message, or for a QoS 2

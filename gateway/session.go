@@ -55,6 +55,7 @@ type session struct {
 
 	drainFor *client       // the server is stopping: nothing more is sent on it (drain.go)
 	drained  chan struct{} // closed when nothing sent on drainFor awaits its PUBACK/PUBREC
+	relOwed  int           // PUBRELs decided by ackPubrec, not yet queued on the connection (drain.go)
 
 	will      *Message // pending will after an abnormal close with a delay
 	willTimer *time.Timer
