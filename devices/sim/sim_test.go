@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/edgegw/edgegw/devices/framing"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -120,29 +120,12 @@ func str(b []byte) (string, []byte) {
 	return string(b[2 : 2+n]), b[2+n:]
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestSimulatorOverPty(t *testing.T) {
 	for _, qos := range []byte{0, 1} {
 		t.Run("qos"+string('0'+qos), func(t *testing.T) {
 			master, slave := newPty(t)
 			peer := startPeer(t, master)
-			var out syncBuf
+			var out testutil.LogBuffer
 			cfg := Config{
 				Device:   slave,
 				ClientID: "s1",
