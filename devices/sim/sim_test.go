@@ -8,11 +8,9 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	"go.uber.org/goleak"
 
 	"github.com/edgegw/edgegw/devices/framing"
@@ -25,24 +23,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // open until cleanup so the master never reads EIO between opens.
 func newPty(t *testing.T) (*os.File, string) {
 	t.Helper()
-	m, s, err := pty.Open()
-	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
-	}
-	fd, err := syscall.Dup(int(m.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		t.Fatal(err)
-	}
-	master := os.NewFile(uintptr(fd), "ptmx")
-	t.Cleanup(func() {
-		master.Close()
-		s.Close()
-	})
-	return master, s.Name()
+	m, s := testutil.Pty(t)
+	return m, s.Name()
 }
 
 // fakePeer plays the gateway on the pty master: it decodes frames with
