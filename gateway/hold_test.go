@@ -3,7 +3,6 @@
 package gateway_test
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,32 +35,6 @@ func mountTmpfs(t *testing.T, size string) string {
 		}
 	})
 	return dir
-}
-
-// fillDisk writes a file in dir until the file system is full and returns
-// a function that deletes it.
-func fillDisk(t *testing.T, dir string) (free func()) {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill: %v", err)
-			}
-			break
-		}
-	}
-	return func() {
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // publishAll publishes payloads at QoS 1 from an MQTT 5 client, 16 in
@@ -151,7 +124,7 @@ func TestRefusedMessageIsNotDelivered(t *testing.T) {
 	on.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "t/#", QoS: 1}}})
 	expect[*packet.Suback](t, on, 10*time.Second)
 
-	free := fillDisk(t, root)
+	filler := testutil.FillDisk(t, root)
 	const n = 1500
 	payloads := make([]string, n)
 	for i := range payloads {
@@ -181,7 +154,9 @@ func TestRefusedMessageIsNotDelivered(t *testing.T) {
 		t.Fatalf("retained %.5s (retain %v), want the last one kept, %.5s", r.Payload, r.Retain, lastKept)
 	}
 	late.close()
-	free()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
 	// What the publisher does after 0x83: send it again, until it is kept
 	// (the store takes up to its backoff to try the disk again).
 	deadline := time.Now().Add(30 * time.Second)

@@ -65,7 +65,7 @@ func TestPublishToSysRefused(t *testing.T) {
 // topic_limit. The default limit is MQTT's own: a 65,535-byte topic is
 // delivered.
 func TestTopicOverLimitRefusedVisibly(t *testing.T) {
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	b := startBrokerLog(t, gateway.Options{AllowAnonymous: true, MaxTopicLength: 1024},
 		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	long := "long/" + strings.Repeat("x", 1100)

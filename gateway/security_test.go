@@ -6,7 +6,6 @@ package gateway_test
 // docs/security.md points here for each behaviour it states.
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/edgegw/edgegw/gateway/auth"
 	"github.com/edgegw/edgegw/gateway/packet"
 	"github.com/edgegw/edgegw/gateway/store"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // securityACL is an installation's ACL for alice, bob and ops, plus what
@@ -56,27 +56,9 @@ func secureBroker(t *testing.T, anon bool) (*broker, *auth.Files) {
 	return secureBrokerLog(t, anon, nil)
 }
 
-// logBuffer collects a broker's log lines for a test to inspect.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // secureBrokerLog is secureBroker logging into logs (at info level and
 // above) when it is not nil.
-func secureBrokerLog(t *testing.T, anon bool, logs *logBuffer) (*broker, *auth.Files) {
+func secureBrokerLog(t *testing.T, anon bool, logs *testutil.LogBuffer) (*broker, *auth.Files) {
 	t.Helper()
 	return secureBrokerState(t, anon, logs, "", nil)
 }
@@ -84,7 +66,7 @@ func secureBrokerLog(t *testing.T, anon bool, logs *logBuffer) (*broker, *auth.F
 // secureBrokerState is secureBroker with a state store in stateDir (when
 // not ""), restored, then given restore (when not nil) as if read from an
 // older store.
-func secureBrokerState(t *testing.T, anon bool, logs *logBuffer, stateDir string, restore *store.State) (*broker, *auth.Files) {
+func secureBrokerState(t *testing.T, anon bool, logs *testutil.LogBuffer, stateDir string, restore *store.State) (*broker, *auth.Files) {
 	t.Helper()
 	dir := t.TempDir()
 	var pw strings.Builder
@@ -299,7 +281,7 @@ func TestSecurityDeniedPublishAndSubscribe(t *testing.T) {
 // is refused and gets nothing; the session and its queue stay bob's.
 func TestSecuritySessionOwnership(t *testing.T) {
 	needMosquittoClients(t)
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	b, _ := secureBrokerLog(t, false, &logs)
 	// bob's persistent session with a subscription, then he goes away.
 	startMosqSub(t, b, args(user("bob"), []string{"-i", "bob-device", "-c", "-q", "1", "-t", "bob/#", "-E"})...).wait(t)

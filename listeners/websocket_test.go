@@ -255,23 +255,7 @@ func TestWebSocketOrigin(t *testing.T) {
 		{"https://app.example.com.evil.example", false},
 		{"https://trusted.example", false},
 	} {
-		t.Run(tc.origin, func(t *testing.T) {
-			hdr := http.Header{}
-			if tc.origin != "" {
-				hdr.Set("Origin", tc.origin)
-			}
-			c, resp, err := dialWS(t, "ws://"+addr+"/mqtt", []string{"mqtt"}, hdr)
-			if !tc.ok {
-				if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
-					t.Fatalf("want 403, got err %v resp %v", err, resp)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.connect("origin")
-		})
+		t.Run(tc.origin, func(t *testing.T) { checkOrigin(t, addr, tc.origin, tc.ok) })
 	}
 	t.Run("wildcard_all", func(t *testing.T) {
 		addr := h.ws(func(l *listeners.WebSocket) { l.AllowedOrigins = []string{"*"} })
@@ -298,23 +282,7 @@ func TestWebSocketOriginDefault(t *testing.T) {
 		{"http://" + addr, true},
 		{"", true}, // not a browser
 	} {
-		t.Run(tc.origin, func(t *testing.T) {
-			hdr := http.Header{}
-			if tc.origin != "" {
-				hdr.Set("Origin", tc.origin)
-			}
-			c, resp, err := dialWS(t, "ws://"+addr+"/mqtt", []string{"mqtt"}, hdr)
-			if !tc.ok {
-				if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
-					t.Fatalf("want 403, got err %v resp %v", err, resp)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.connect("same-origin")
-		})
+		t.Run(tc.origin, func(t *testing.T) { checkOrigin(t, addr, tc.origin, tc.ok) })
 	}
 }
 
@@ -372,4 +340,26 @@ func TestWebSocketShutdown(t *testing.T) {
 	defer raw.Close()
 	raw.Write([]byte("GET /mqtt HTTP/1.1\r\nHost: x\r\n"))
 	mustDialWS(t, "ws://"+addr+"/mqtt")
+}
+
+// checkOrigin opens a WebSocket to addr with the Origin header origin
+// (none when empty): the upgrade must be refused with 403 unless ok, and
+// an accepted one must carry an MQTT session.
+func checkOrigin(t *testing.T, addr, origin string, ok bool) {
+	t.Helper()
+	hdr := http.Header{}
+	if origin != "" {
+		hdr.Set("Origin", origin)
+	}
+	c, resp, err := dialWS(t, "ws://"+addr+"/mqtt", []string{"mqtt"}, hdr)
+	if !ok {
+		if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("want 403, got err %v resp %v", err, resp)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.connect("origin")
 }

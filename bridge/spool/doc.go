@@ -210,4 +210,25 @@
 // block of 32 KiB; payloads are read back from disk (usually the page
 // cache) by Next and Peek; the last commit's window usually comes from
 // the block, filled by its write (TestCommittedWindowReadFromMemory).
+//
+// # Files
+//
+//	spool.go         ID, Message, Options, Stats, the Spool; Open, Close
+//	append.go        Append, AppendAsync: a record written, room made for
+//	                 it (the overflow policy), segments started and sealed
+//	pending.go       records waiting for their commit write
+//	flush.go         the group commit: fsyncs, acks.log, checkpoints
+//	covered.go       a commit the upstream acknowledged before its fsync
+//	remove.go        Ack and Drop: a record removed, a segment deleted
+//	read.go          Next, Peek, Get: live records read back, the read-ahead
+//	                 block
+//	lanes.go         lanes by priority: Head, HeadSkipping, LastID
+//	ledger.go        acks.log's ranges and tallies: the Ledger
+//	recover.go       Open's recovery of segments, damage and gaps
+//	segment.go       one segment: its records and removed bits, its reader
+//	format.go        the on-disk formats of records, segments and acks.log
+//	ids.go           the ids file: the ID high-water mark, the clean stop
+//	session.go       the spool as the session engine's store: its QoS 2
+//	                 flows; sessionlog.go, their log's format
+//	errors.go        the errors: ErrNoSpace, ErrTooLarge, OpenError...
 package spool

@@ -4,16 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/internal/testutil"
 )
@@ -103,28 +98,24 @@ func (d *device) count(n int) int {
 // answered, not delivered again. Before they were kept, 1-13 of 300 were
 // delivered twice in every SIGTERM run.
 func TestBridgeInboundQoS2ExactlyOnceAcrossRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := buildEdgegw(t)
+	edgegwBinary(t) // skips under -short: builds the binary
 	for _, stop := range []struct {
 		name     string
 		protocol string
-		sig      os.Signal
+		crash    bool
 	}{
-		{"SIGTERM", "3.1.1", syscall.SIGTERM},
-		{"kill-9", "3.1.1", syscall.SIGKILL},
-		{"SIGTERM/mqtt5", "5", syscall.SIGTERM},
+		{"SIGTERM", "3.1.1", false},
+		{"kill-9", "3.1.1", true},
+		{"SIGTERM/mqtt5", "5", false},
 	} {
-		t.Run(stop.name, func(t *testing.T) {
-			inboundQoS2Restart(t, bin, stop.protocol, stop.sig, stop.sig == syscall.SIGKILL)
-		})
+		t.Run(stop.name, func(t *testing.T) { inboundQoS2Restart(t, stop.protocol, stop.crash) })
 	}
 }
 
 // inboundQoS2Restart runs the stream over an uplink of protocol with one
-// stop by sig. A stop by SIGTERM must deliver every command once. After a
-// crash (crashed) a command may arrive twice only if it was in flight
+// stop: SIGTERM, or SIGKILL when crashed. A stop by SIGTERM must deliver
+// every command once. After a crash a command may arrive twice only if
+// it was in flight
 // when edgegw died: the one the bridge was routing (the devices had it
 // from memory at once, its record with the cloud's id was not on disk
 // yet, so the cloud, which had no PUBREC, sends it again and it is routed
@@ -135,45 +126,26 @@ func TestBridgeInboundQoS2ExactlyOnceAcrossRestart(t *testing.T) {
 // for an fsync, so only a few commands are in that window: a duplicate
 // further than crashWindow commands from the newest one delivered when
 // the signal went is a bug.
-func inboundQoS2Restart(t *testing.T, bin, protocol string, sig os.Signal, crashed bool) {
+func inboundQoS2Restart(t *testing.T, protocol string, crashed bool) {
 	const n = 300                       // commands
 	const every = 10 * time.Millisecond // 100/s
-	local, cloud := freePort(t), freePort(t)
-	_, cport, _ := net.SplitHostPort(cloud)
-	cp, _ := strconv.Atoi(cport)
-	testutil.StartMosquitto(t, fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\nmax_queued_messages 10000\n", cport), cp)
-	cfg := writeConfig(t, fmt.Sprintf(`
-listeners:
-  - {name: lan, type: tcp, address: "%s"}
-metrics: {address: ""}
-persistence: {dir: "%s", sync: batch, sync_interval: 10ms}
-bridges:
-  - name: cloud
-    addresses: ["tcp://%s"]
-    client_id: edge-q2-in
-    protocol: "%s"
-    keepalive: 2s
-    ack_timeout: 2s
-    reconnect_min: 100ms
-    reconnect_max: 500ms
-    topics:
-      - {pattern: "cmd/#", direction: in, qos: 2, remote_prefix: "site-a/"}
-`, local, t.TempDir(), cloud, protocol))
-	g := startEdgegw(t, bin, "-config", cfg)
-	waitListening(t, local)
+	cloud := startCloud(t, false, "max_queued_messages 10000")
+	g := newHarness(t).NoMetrics()
+	g.Persist("batch", "10ms")
+	b := g.Bridge("cloud", cloud.Addr).Protocol(protocol).FastReconnect().
+		With("keepalive", "2s").With("ack_timeout", "2s").
+		Topic(topicConf{Pattern: "cmd/#", Direction: "in", QoS: 2, RemotePrefix: "site-a/"})
+	b.ClientID = "edge-q2-in"
+	g.Start()
 
-	lhost, lport, _ := net.SplitHostPort(local)
+	lhost, lport := hostPort(g.Addr)
 	devices := []*device{
 		// stdbuf: a line per message, not a block.
 		startDevice(t, "mosquitto_sub", exec.Command("stdbuf", "-oL", "mosquitto_sub", "-h", lhost, "-p", lport,
 			"-t", "cmd/#", "-q", "2", "-c", "-i", "device-sub")),
 		startDevice(t, "paho", exec.Command("/usr/bin/python3", "-c", pahoDevice, lhost, lport, "device-paho")),
 	}
-	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + cloud).SetClientID("cloud-pub").SetCleanSession(false))
-	if tok := pub.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("cloud publisher connect: %v", tok.Error())
-	}
-	defer pub.Disconnect(100)
+	pub := mqttClient(t, cloud.Addr, "cloud-pub", true)
 	// The bridge's and the devices' subscriptions are in place once a
 	// first command crosses to both.
 	testutil.Eventually(t, 15*time.Second, "first command reaches both devices", func() bool {
@@ -199,10 +171,12 @@ bridges:
 	}()
 	testutil.Eventually(t, 30*time.Second, "50 commands delivered", func() bool { return devices[0].count(n) >= 50 })
 	atSignal := max(devices[0].newest(), devices[1].newest())
-	g.cmd.Process.Signal(sig)
-	<-g.done
-	g.done <- nil
-	startEdgegw(t, bin, "-config", cfg)
+	if crashed {
+		g.Kill()
+	} else {
+		g.Stop()
+	}
+	g.Start()
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,10 +238,11 @@ func testQoS2Kill9(t *testing.T, rtt time.Duration, bound int) {
 	}
 	t.Cleanup(func() { os.RemoveAll(spoolDir) })
 	up := startCloud(t, false)
-	px := startDelayProxy(t, up.Addr, rtt)
+	px := testutil.StartProxy(t, up.Addr)
+	px.SetDelay(testutil.Down, rtt)
 	g := newHarness(t).NoMetrics()
 	g.Cfg.Persistence = &persistenceConf{Dir: spoolDir, Sync: "batch", SyncInterval: "20ms"}
-	g.Bridge("cloud", px.addr()).With("clean_session", false).With("ack_timeout", "5s").FastReconnect().Out("sensors/#", 2)
+	g.Bridge("cloud", px.Addr()).With("clean_session", false).With("ack_timeout", "5s").FastReconnect().Out("sensors/#", 2)
 
 	// The cloud reader: QoS 2, counts every copy.
 	var (
@@ -278,7 +280,7 @@ func testQoS2Kill9(t *testing.T, rtt time.Duration, bound int) {
 	g.Kill()
 	atKill, _ := count()
 
-	px.delay.Store(0)
+	px.SetDelay(testutil.Down, 0)
 	g.Start()
 	testutil.Eventually(t, 60*time.Second, "every message upstream", func() bool { d, _ := count(); return d == n })
 	// A late copy comes before a last message through the same path.
@@ -410,10 +412,19 @@ func TestBinaryBridgeSpoolCannotOpen(t *testing.T) {
 func TestBinaryBridgeQoS2ResentWhenBrokerLostSession(t *testing.T) {
 	forEachUplink(t, func(t *testing.T, ul uplink) {
 		up := startCloud(t, false) // Debian mosquitto's defaults: no persistence
-		proxy := startPubrelHoldProxy(t, up.Addr)
+		// The proxy loses the first PUBREL towards the cloud, and all
+		// after it on that connection, as a link that dies right then.
+		proxy := testutil.StartProxy(t, up.Addr)
+		var held atomic.Bool
+		proxy.Filter(testutil.Up, func(pkt []byte) testutil.Verdict {
+			if pkt[0] == 0x62 && held.CompareAndSwap(false, true) {
+				return testutil.Sink
+			}
+			return testutil.Pass
+		})
 		g := newHarness(t).NoMetrics()
 		g.Persist("batch", "10ms")
-		g.Bridge("cloud", proxy.addr()).Uplink(ul).With("clean_session", false).
+		g.Bridge("cloud", proxy.Addr()).Uplink(ul).With("clean_session", false).
 			With("keepalive", "30s").With("ack_timeout", "30s").FastReconnect().
 			Topic(topicConf{Pattern: "sensors/#", Direction: "out", QoS: 2, RemotePrefix: "site/"})
 		g.Start()
@@ -428,16 +439,16 @@ func TestBinaryBridgeQoS2ResentWhenBrokerLostSession(t *testing.T) {
 		// m1 reaches mosquitto, which answers PUBREC; the bridge's PUBREL is
 		// lost with the link.
 		pub("m1")
-		testutil.Eventually(t, 10*time.Second, "the bridge's PUBREL of m1", func() bool { return proxy.held.Load() > 0 })
+		testutil.Eventually(t, 10*time.Second, "the bridge's PUBREL of m1", held.Load)
 
 		// The cloud broker restarts without the session; the reader is
 		// subscribed before the bridge can reach it again.
-		proxy.open.Store(false)
+		proxy.Refuse(true)
 		up.Kill()
 		up.Start()
 		got := make(chan string, 16)
 		mustToken(t, "cloud reader subscribe", up.Client(t, "cloud-reader").Subscribe("site/#", 2, func(_ mqtt.Client, m mqtt.Message) { got <- string(m.Payload()) }))
-		proxy.open.Store(true)
+		proxy.Refuse(false)
 
 		// A later message shows the bridge is through; m1 must arrive too.
 		pub("m2")

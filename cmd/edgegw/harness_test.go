@@ -532,7 +532,7 @@ func mosq(t testing.TB, addr, tool string, args ...string) string {
 // gwProcess is one run of a binary, its stdout and stderr in a log.
 type gwProcess struct {
 	cmd  *exec.Cmd
-	log  lockedBuffer
+	log  testutil.LogBuffer
 	done chan struct{} // closed when it exited and its log is complete
 	err  error         // its exit, once done is closed
 }
@@ -770,24 +770,6 @@ func (s *seen) has(topic string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.m[topic]
 	return ok
-}
-
-// lockedBuffer is an io.Writer safe to read while another goroutine writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // publishUntilPrinted starts sub (a mosquitto_sub that prints one message

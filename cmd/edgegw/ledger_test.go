@@ -52,10 +52,10 @@ func payloadPrefix(topic string) string {
 // up with every term and agree with what the publisher and the cloud saw.
 func TestBinaryLedgerChaos(t *testing.T) {
 	up := startCloud(t, false)
-	px := startDelayProxy(t, up.Addr, 0)
+	px := testutil.StartProxy(t, up.Addr)
 	g := newHarness(t)
 	g.Persist("batch", "20ms")
-	g.Bridge("cloud", px.addr()).With("clean_session", false).With("ack_timeout", "1s").With("connect_timeout", "1s").
+	g.Bridge("cloud", px.Addr()).With("clean_session", false).With("ack_timeout", "1s").With("connect_timeout", "1s").
 		With("reconnect_min", "50ms").With("reconnect_max", "200ms").With("spool", map[string]any{"max_bytes": "64KiB"}).
 		Out("sensors/#", 1).
 		Topic(topicConf{Pattern: "stale/#", Direction: "out", QoS: 1, MaxAge: "300ms"})
@@ -108,7 +108,7 @@ func TestBinaryLedgerChaos(t *testing.T) {
 	// 2. Blackhole: nothing comes back from the cloud; the watchdog tears
 	// the uplink down, reconnects hang; the spool (64 KiB, ~500
 	// messages) overflows and drops the oldest.
-	px.delay.Store(int64(time.Hour))
+	px.SetDelay(testutil.Down, time.Hour)
 	waitAcked(burst(800))
 	testutil.Eventually(t, 10*time.Second, "spool overflow", func() bool { return ledger().Dropped["spool_full"] > 0 })
 	// Readings with a max_age of 300 ms, kept past it by the outage.
@@ -118,17 +118,17 @@ func TestBinaryLedgerChaos(t *testing.T) {
 	// 3. The uplink heals and the backlog drains (the stale readings are
 	// dropped as the sender reaches them); then resets while traffic
 	// flows.
-	px.delay.Store(0)
-	px.reset()
+	px.SetDelay(testutil.Down, 0)
+	px.Cut()
 	testutil.Eventually(t, 30*time.Second, "the backlog drained", func() bool { l := ledger(); return l.Queued+l.InFlight == 0 })
 	for range 3 {
 		toks := burst(150)
-		px.reset()
+		px.Cut()
 		waitAcked(toks)
 	}
 	// 4. kill -9 in the middle of a burst, with the uplink slow so that
 	// messages are in flight and queued.
-	px.delay.Store(int64(50 * time.Millisecond))
+	px.SetDelay(testutil.Down, 50*time.Millisecond)
 	toks := burst(400)
 	testutil.Eventually(t, 10*time.Second, "half the burst acked", func() bool {
 		n := 0
@@ -146,7 +146,7 @@ func TestBinaryLedgerChaos(t *testing.T) {
 		t.Errorf("nothing in flight or queued at the kill: %+v", before)
 	}
 	// 5. Restart, a last burst, heal the uplink and let everything drain.
-	px.delay.Store(0)
+	px.SetDelay(testutil.Down, 0)
 	g.Start()
 	lc = g.Client("local-pub", false)
 	after := ledger()
@@ -268,10 +268,10 @@ func TestBinaryBudgetHeld(t *testing.T) {
 		alarmN = 5
 	)
 	up := startCloud(t, false)
-	px := startDelayProxy(t, up.Addr, 0) // counts the uplink's bytes
+	px := testutil.StartProxy(t, up.Addr) // counts the uplink's bytes
 	g := newHarness(t)
 	g.Persist("batch", "20ms")
-	g.Bridge("cloud", px.addr()).With("clean_session", false).With("keepalive", "60s").
+	g.Bridge("cloud", px.Addr()).With("clean_session", false).With("keepalive", "60s").
 		With("budget", fmt.Sprintf("%d per 1h", budget)).
 		Topic(topicConf{Pattern: "alarms/#", Direction: "out", QoS: 1, RemotePrefix: "site/", Priority: "high"}).
 		Topic(topicConf{Pattern: "bulk/#", Direction: "out", QoS: 1, RemotePrefix: "site/", Priority: "bulk"})
@@ -289,7 +289,7 @@ func TestBinaryBudgetHeld(t *testing.T) {
 	for _, tok := range toks {
 		mustToken(t, "bulk publish", tok)
 	}
-	testutil.Eventually(t, 20*time.Second, "95 % of the budget written upstream", func() bool { return px.up.Load() >= budget*95/100 })
+	testutil.Eventually(t, 20*time.Second, "95 % of the budget written upstream", func() bool { return px.Bytes(testutil.Up) >= budget*95/100 })
 
 	// The alarms, after the budget ran out (or nearly): each must go.
 	var alarmBytes int64
@@ -310,7 +310,7 @@ func TestBinaryBudgetHeld(t *testing.T) {
 		}
 		return l.InFlight == 0 && l.Delivered == int64(reader.Count("site/bulk/t ")+alarmN)
 	})
-	written := px.up.Load()
+	written := px.Bytes(testutil.Up)
 	bulkUp := reader.Count("site/bulk/t ")
 	// Everything the bridge wrote but the alarms: CONNECT, the bulk
 	// PUBLISHes (no in rules: no SUBSCRIBE; keepalive 60 s: no PINGREQ).

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -217,31 +216,5 @@ func TestRun(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after cancel")
-	}
-}
-
-// TestBuildVersion builds the binary the way the Makefile does and checks
-// that -ldflags reach `edgegw version`.
-func TestBuildVersion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	bin := filepath.Join(t.TempDir(), "edgegw")
-	build := exec.Command(goBin, "build", "-o", bin, "-ldflags", "-X main.version=1.2.3 -X main.commit=abc1234", ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "version").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(string(out), "edgegw 1.2.3 commit abc1234 go") {
-		t.Errorf("version = %q", out)
-	}
-	cmd := exec.Command(bin, "check-config", "--config", "does-not-exist.yaml")
-	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 {
-		t.Errorf("check-config on a missing file: %v", err)
 	}
 }

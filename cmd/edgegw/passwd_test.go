@@ -87,7 +87,7 @@ func TestBinaryPasswdOnTerminal(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tty.Close()
-		var out lockedBuffer // what it wrote to its terminal
+		var out testutil.LogBuffer // what it wrote to its terminal
 		copied := make(chan struct{})
 		go func() { // ends at the pty's end: the child exited and its side is closed
 			defer close(copied)

@@ -83,7 +83,7 @@ topic readwrite deep/#
 		pub("bob", "-r", "-t", "shared/secret/x", "-m", "rleak")
 		pub("bob", "-r", "-t", "shared/public/x", "-m", "rok")
 		sub := mosq("mosquitto_sub", "alice", "-q", "1", "-t", "shared/+/x", "-v", "-C", "2", "-W", "15")
-		var out lockedBuffer // written by exec's copying goroutine, read here
+		var out testutil.LogBuffer // written by exec's copying goroutine, read here
 		sub.Stdout = &out
 		if err := sub.Start(); err != nil {
 			t.Fatal(err)

@@ -9,12 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // Tests of serial sensors through the binary: the sensor simulator it
@@ -25,8 +24,8 @@ import (
 // a null-modem cable between two slave paths.
 func ptyWire(t *testing.T) (a, b string) {
 	t.Helper()
-	ma, sa := pollablePty(t)
-	mb, sb := pollablePty(t)
+	ma, sa := testutil.Pty(t)
+	mb, sb := testutil.Pty(t)
 	for _, s := range []*os.File{sa, sb} { // raw: no echo, no line discipline
 		if _, err := exec.Command("stty", "-F", s.Name(), "raw", "-echo").CombinedOutput(); err != nil {
 			t.Fatalf("stty raw %s: %v", s.Name(), err)
@@ -46,36 +45,12 @@ func ptyWire(t *testing.T) (a, b string) {
 	return sa.Name(), sb.Name()
 }
 
-// pollablePty opens a pty whose master is in non-blocking mode, so that
-// closing it ends a Read blocked on it (a blocking pty fd is not in Go's
-// poller, and Close would leave the copier stuck).
-func pollablePty(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, s, err := pty.Open()
-	if err != nil {
-		t.Fatalf("pseudo-terminal: %v", err)
-	}
-	// See listeners/serial_rig_test.go: a blocking master's Read cannot
-	// be interrupted; a non-blocking duplicate is served by the poller.
-	fd, err := syscall.Dup(int(m.Fd()))
-	m.Close()
-	if err == nil {
-		syscall.CloseOnExec(fd)
-		err = syscall.SetNonblock(fd, true)
-	}
-	if err != nil {
-		s.Close()
-		t.Fatal(err)
-	}
-	return os.NewFile(uintptr(fd), "ptmx"), s
-}
-
 // openPty opens a pty whose slave is reachable at link; the returned
 // master is non-blocking (Close interrupts a Read), and is drained by a
 // goroutine that ends when it is closed.
 func openPty(t *testing.T, link string) *os.File {
 	t.Helper()
-	m, pts := pollablePty(t)
+	m, pts := testutil.Pty(t)
 	if err := os.Symlink(pts.Name(), link); err != nil {
 		t.Fatal(err)
 	}

@@ -37,13 +37,7 @@ func TestVersionLine(t *testing.T) {
 // a commit without a tag (version and commit both the short hash) and
 // checks that `edgegw version` and the help's header name it once.
 func TestVersionCommandHashOnce(t *testing.T) {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	bin := filepath.Join(t.TempDir(), "edgegw")
-	build := exec.Command(goBin, "build", "-o", bin, "-ldflags", "-X main.version=c9a16ce -X main.commit=c9a16ce", ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildVersioned(t, "c9a16ce", "c9a16ce")
 	out, err := exec.Command(bin, "version").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -59,4 +53,38 @@ func TestVersionCommandHashOnce(t *testing.T) {
 	if first, _, _ := strings.Cut(string(help), "\n"); first != "edgegw c9a16ce: MQTT edge gateway" {
 		t.Errorf("help header = %q", first)
 	}
+}
+
+// TestBuildVersion builds the binary the way the Makefile does and checks
+// that -ldflags reach `edgegw version`.
+func TestBuildVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildVersioned(t, "1.2.3", "abc1234")
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(out), "edgegw 1.2.3 commit abc1234 go") {
+		t.Errorf("version = %q", out)
+	}
+	cmd := exec.Command(bin, "check-config", "--config", "does-not-exist.yaml")
+	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 {
+		t.Errorf("check-config on a missing file: %v", err)
+	}
+}
+
+// buildVersioned builds the binary as the Makefile does (CGO off), with
+// version and commit set by -ldflags, and returns its path.
+func buildVersioned(t *testing.T, version, commit string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "edgegw")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin,
+		"-ldflags", "-X main.version="+version+" -X main.commit="+commit, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

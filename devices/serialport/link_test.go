@@ -1,7 +1,6 @@
 package serialport
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -14,24 +13,6 @@ import (
 
 	"github.com/edgegw/edgegw/internal/testutil"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runLink starts l.Run on a goroutine owned by the test and returns a
 // function that cancels it and waits for Run to return.
@@ -60,7 +41,7 @@ func runLink(t *testing.T, l *Link, h HandleFunc) (stop func() error) {
 // A device path that appears later, vanishes, and a cancel: the whole life
 // of a USB sensor, with a pty standing in for the device.
 func TestLinkLifecycle(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	path := filepath.Join(t.TempDir(), "ttySENSOR")
 	l := NewLink(LinkConfig{

@@ -6,11 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
+	"github.com/edgegw/edgegw/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -21,27 +20,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // while the device under test is between opens; closeSlave closes it early.
 func newPty(t *testing.T) (master *os.File, slavePath string, closeSlave func()) {
 	t.Helper()
-	m, s, err := pty.Open()
-	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
-	}
-	// creack/pty leaves the master in blocking mode; a non-blocking dup is
-	// served by the poller and has deadlines.
-	fd, err := syscall.Dup(int(m.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		t.Fatal(err)
-	}
-	master = os.NewFile(uintptr(fd), "ptmx")
-	closeSlave = func() { s.Close() }
-	t.Cleanup(func() {
-		master.Close()
-		s.Close()
-	})
-	return master, s.Name(), closeSlave
+	m, s := testutil.Pty(t)
+	return m, s.Name(), func() { s.Close() }
 }
 
 func readN(t *testing.T, r io.Reader, n int) []byte {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -9,14 +8,13 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	"go.uber.org/goleak"
 
 	"github.com/edgegw/edgegw/devices/framing"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,24 +23,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // open until cleanup so the master never reads EIO between opens.
 func newPty(t *testing.T) (*os.File, string) {
 	t.Helper()
-	m, s, err := pty.Open()
-	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
-	}
-	fd, err := syscall.Dup(int(m.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		t.Fatal(err)
-	}
-	master := os.NewFile(uintptr(fd), "ptmx")
-	t.Cleanup(func() {
-		master.Close()
-		s.Close()
-	})
-	return master, s.Name()
+	m, s := testutil.Pty(t)
+	return m, s.Name()
 }
 
 // fakePeer plays the gateway on the pty master: it decodes frames with
@@ -120,29 +102,12 @@ func str(b []byte) (string, []byte) {
 	return string(b[2 : 2+n]), b[2+n:]
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestSimulatorOverPty(t *testing.T) {
 	for _, qos := range []byte{0, 1} {
 		t.Run("qos"+string('0'+qos), func(t *testing.T) {
 			master, slave := newPty(t)
 			peer := startPeer(t, master)
-			var out syncBuf
+			var out testutil.LogBuffer
 			cfg := Config{
 				Device:   slave,
 				ClientID: "s1",

@@ -130,222 +130,226 @@ func bodySize(p Packet, v Version) (int, error) {
 	return n, err
 }
 
+// bodySize1 is the remaining length of p, each packet type's by its own
+// function; a nil packet cannot be encoded, as a type this package does
+// not know.
 func bodySize1(p Packet, v Version) (int, error) {
 	v5 := v == V5
 	switch p := p.(type) {
 	case *Connect:
-		if p == nil {
-			break
+		if p != nil {
+			return connectSize(p, v)
 		}
-		name := p.ProtocolName
-		if name == "" {
-			name = protocolName(v)
-		}
-		n := 2 + len(name) + 1 + 1 + 2 + 2 + len(p.ClientID)
-		if err := tooLong("client identifier", len(p.ClientID)); err != nil {
-			return 0, err
-		}
-		if v5 {
-			pn, err := propsSize(&p.Props, CONNECT)
-			if err != nil {
-				return 0, err
-			}
-			n += pn
-		}
-		if w := p.Will; w != nil {
-			if w.QoS > 2 {
-				return 0, Errorf(MalformedPacket, "will qos %d", w.QoS)
-			}
-			if err := tooLong("will topic", len(w.Topic)); err != nil {
-				return 0, err
-			}
-			if err := tooLong("will payload", len(w.Payload)); err != nil {
-				return 0, err
-			}
-			n += 4 + len(w.Topic) + len(w.Payload)
-			if v5 {
-				pn, err := propsSize(&w.Props, willContext)
-				if err != nil {
-					return 0, err
-				}
-				n += pn
-			}
-		}
-		if p.PasswordFlag && !p.UsernameFlag && v != V5 {
-			return 0, Errorf(MalformedPacket, "password flag without user name flag before v5")
-		}
-		if p.UsernameFlag {
-			if err := tooLong("user name", len(p.Username)); err != nil {
-				return 0, err
-			}
-			n += 2 + len(p.Username)
-		}
-		if p.PasswordFlag {
-			if err := tooLong("password", len(p.Password)); err != nil {
-				return 0, err
-			}
-			n += 2 + len(p.Password)
-		}
-		return n, nil
 	case *Connack:
-		if p == nil {
-			break
+		if p != nil {
+			pn, err := v5PropsSize(v5, &p.Props, CONNACK)
+			return 2 + pn, err
 		}
-		if !v5 {
-			return 2, nil
-		}
-		pn, err := propsSize(&p.Props, CONNACK)
-		return 2 + pn, err
 	case *Publish:
-		if p == nil {
-			break
+		if p != nil {
+			return publishSize(p, v5)
 		}
-		if p.QoS > 2 {
-			return 0, Errorf(MalformedPacket, "publish qos %d", p.QoS)
-		}
-		if p.QoS > 0 && p.PacketID == 0 {
-			return 0, Errorf(MalformedPacket, "qos %d publish without packet identifier", p.QoS)
-		}
-		if p.Dup && p.QoS == 0 {
-			return 0, Errorf(MalformedPacket, "dup flag on a qos 0 publish")
-		}
-		if err := tooLong("topic", len(p.Topic)); err != nil {
-			return 0, err
-		}
-		n := 2 + len(p.Topic) + len(p.Payload)
-		if p.QoS > 0 {
-			n += 2
-		}
-		if v5 {
-			pn, err := propsSize(&p.Props, PUBLISH)
-			if err != nil {
-				return 0, err
-			}
-			n += pn
-		}
-		return n, nil
 	case *Puback:
-		if p == nil {
-			break
+		if p != nil {
+			return ackSize(PUBACK, p.PacketID, p.ReasonCode, &p.Props, v5)
 		}
-		return ackSize(PUBACK, p.PacketID, p.ReasonCode, &p.Props, v5)
 	case *Pubrec:
-		if p == nil {
-			break
+		if p != nil {
+			return ackSize(PUBREC, p.PacketID, p.ReasonCode, &p.Props, v5)
 		}
-		return ackSize(PUBREC, p.PacketID, p.ReasonCode, &p.Props, v5)
 	case *Pubrel:
-		if p == nil {
-			break
+		if p != nil {
+			return ackSize(PUBREL, p.PacketID, p.ReasonCode, &p.Props, v5)
 		}
-		return ackSize(PUBREL, p.PacketID, p.ReasonCode, &p.Props, v5)
 	case *Pubcomp:
-		if p == nil {
-			break
+		if p != nil {
+			return ackSize(PUBCOMP, p.PacketID, p.ReasonCode, &p.Props, v5)
 		}
-		return ackSize(PUBCOMP, p.PacketID, p.ReasonCode, &p.Props, v5)
 	case *Subscribe:
-		if p == nil {
-			break
+		if p != nil {
+			return subscribeSize(p, v5)
 		}
-		if p.PacketID == 0 {
-			return 0, Errorf(MalformedPacket, "subscribe without packet identifier")
-		}
-		if len(p.Subscriptions) == 0 {
-			return 0, Errorf(ProtocolError, "subscribe without topic filters")
-		}
-		n := 2
-		if v5 {
-			pn, err := propsSize(&p.Props, SUBSCRIBE)
-			if err != nil {
-				return 0, err
-			}
-			n += pn
-		}
-		for i := range p.Subscriptions {
-			s := &p.Subscriptions[i]
-			if err := tooLong("topic filter", len(s.Filter)); err != nil {
-				return 0, err
-			}
-			if s.QoS > 2 || s.RetainHandling > 2 {
-				return 0, Errorf(MalformedPacket, "subscription qos %d retain handling %d", s.QoS, s.RetainHandling)
-			}
-			n += 3 + len(s.Filter)
-		}
-		return n, nil
 	case *Suback:
-		if p == nil {
-			break
+		if p != nil {
+			return subackSize(p, v5)
 		}
-		if len(p.ReasonCodes) == 0 {
-			return 0, Errorf(ProtocolError, "suback without reason codes")
-		}
-		n := 2 + len(p.ReasonCodes)
-		if v5 {
-			pn, err := propsSize(&p.Props, SUBACK)
-			if err != nil {
-				return 0, err
-			}
-			n += pn
-		}
-		return n, nil
 	case *Unsubscribe:
-		if p == nil {
-			break
+		if p != nil {
+			return unsubscribeSize(p, v5)
 		}
-		if p.PacketID == 0 {
-			return 0, Errorf(MalformedPacket, "unsubscribe without packet identifier")
-		}
-		if len(p.Filters) == 0 {
-			return 0, Errorf(ProtocolError, "unsubscribe without topic filters")
-		}
-		n := 2
-		if v5 {
-			pn, err := propsSize(&p.Props, UNSUBSCRIBE)
-			if err != nil {
-				return 0, err
-			}
-			n += pn
-		}
-		for _, f := range p.Filters {
-			if err := tooLong("topic filter", len(f)); err != nil {
-				return 0, err
-			}
-			n += 2 + len(f)
-		}
-		return n, nil
 	case *Unsuback:
-		if p == nil {
-			break
+		if p != nil {
+			return unsubackSize(p, v5)
 		}
-		if !v5 {
-			return 2, nil
-		}
-		if len(p.ReasonCodes) == 0 {
-			return 0, Errorf(ProtocolError, "v5 unsuback without reason codes")
-		}
-		pn, err := propsSize(&p.Props, UNSUBACK)
-		return 2 + pn + len(p.ReasonCodes), err
 	case *Pingreq, *Pingresp:
 		return 0, nil
 	case *Disconnect:
-		if p == nil {
-			break
+		if p != nil && v5 {
+			return shortSize(DISCONNECT, p.ReasonCode, &p.Props)
 		}
-		if !v5 {
-			return 0, nil
+		if p != nil {
+			return 0, nil // before MQTT 5 a DISCONNECT has no body
 		}
-		return shortSize(DISCONNECT, p.ReasonCode, &p.Props)
 	case *Auth:
-		if p == nil {
-			break
+		if p != nil && v5 {
+			return shortSize(AUTH, p.ReasonCode, &p.Props)
 		}
-		if !v5 {
+		if p != nil {
 			return 0, Errorf(ProtocolError, "AUTH before MQTT 5")
 		}
-		return shortSize(AUTH, p.ReasonCode, &p.Props)
 	}
 	return 0, Errorf(ImplementationSpecificError, "cannot encode %T", p)
+}
+
+// v5PropsSize is propsSize at MQTT 5 and 0 before it, where packets have
+// no properties.
+func v5PropsSize(v5 bool, p *Properties, t Type) (int, error) {
+	if !v5 {
+		return 0, nil
+	}
+	return propsSize(p, t)
+}
+
+func connectSize(p *Connect, v Version) (int, error) {
+	v5 := v == V5
+	name := p.ProtocolName
+	if name == "" {
+		name = protocolName(v)
+	}
+	n := 2 + len(name) + 1 + 1 + 2 + 2 + len(p.ClientID)
+	if err := tooLong("client identifier", len(p.ClientID)); err != nil {
+		return 0, err
+	}
+	pn, err := v5PropsSize(v5, &p.Props, CONNECT)
+	if err != nil {
+		return 0, err
+	}
+	n += pn
+	if w := p.Will; w != nil {
+		wn, err := willSize(w, v5)
+		if err != nil {
+			return 0, err
+		}
+		n += wn
+	}
+	if p.PasswordFlag && !p.UsernameFlag && v != V5 {
+		return 0, Errorf(MalformedPacket, "password flag without user name flag before v5")
+	}
+	if p.UsernameFlag {
+		if err := tooLong("user name", len(p.Username)); err != nil {
+			return 0, err
+		}
+		n += 2 + len(p.Username)
+	}
+	if p.PasswordFlag {
+		if err := tooLong("password", len(p.Password)); err != nil {
+			return 0, err
+		}
+		n += 2 + len(p.Password)
+	}
+	return n, nil
+}
+
+// willSize is what a will adds to a CONNECT.
+func willSize(w *Will, v5 bool) (int, error) {
+	if w.QoS > 2 {
+		return 0, Errorf(MalformedPacket, "will qos %d", w.QoS)
+	}
+	if err := tooLong("will topic", len(w.Topic)); err != nil {
+		return 0, err
+	}
+	if err := tooLong("will payload", len(w.Payload)); err != nil {
+		return 0, err
+	}
+	pn, err := v5PropsSize(v5, &w.Props, willContext)
+	return 4 + len(w.Topic) + len(w.Payload) + pn, err
+}
+
+func publishSize(p *Publish, v5 bool) (int, error) {
+	if p.QoS > 2 {
+		return 0, Errorf(MalformedPacket, "publish qos %d", p.QoS)
+	}
+	if p.QoS > 0 && p.PacketID == 0 {
+		return 0, Errorf(MalformedPacket, "qos %d publish without packet identifier", p.QoS)
+	}
+	if p.Dup && p.QoS == 0 {
+		return 0, Errorf(MalformedPacket, "dup flag on a qos 0 publish")
+	}
+	if err := tooLong("topic", len(p.Topic)); err != nil {
+		return 0, err
+	}
+	n := 2 + len(p.Topic) + len(p.Payload)
+	if p.QoS > 0 {
+		n += 2
+	}
+	pn, err := v5PropsSize(v5, &p.Props, PUBLISH)
+	return n + pn, err
+}
+
+func subscribeSize(p *Subscribe, v5 bool) (int, error) {
+	if p.PacketID == 0 {
+		return 0, Errorf(MalformedPacket, "subscribe without packet identifier")
+	}
+	if len(p.Subscriptions) == 0 {
+		return 0, Errorf(ProtocolError, "subscribe without topic filters")
+	}
+	pn, err := v5PropsSize(v5, &p.Props, SUBSCRIBE)
+	if err != nil {
+		return 0, err
+	}
+	n := 2 + pn
+	for i := range p.Subscriptions {
+		s := &p.Subscriptions[i]
+		if err := tooLong("topic filter", len(s.Filter)); err != nil {
+			return 0, err
+		}
+		if s.QoS > 2 || s.RetainHandling > 2 {
+			return 0, Errorf(MalformedPacket, "subscription qos %d retain handling %d", s.QoS, s.RetainHandling)
+		}
+		n += 3 + len(s.Filter)
+	}
+	return n, nil
+}
+
+func subackSize(p *Suback, v5 bool) (int, error) {
+	if len(p.ReasonCodes) == 0 {
+		return 0, Errorf(ProtocolError, "suback without reason codes")
+	}
+	pn, err := v5PropsSize(v5, &p.Props, SUBACK)
+	return 2 + len(p.ReasonCodes) + pn, err
+}
+
+func unsubscribeSize(p *Unsubscribe, v5 bool) (int, error) {
+	if p.PacketID == 0 {
+		return 0, Errorf(MalformedPacket, "unsubscribe without packet identifier")
+	}
+	if len(p.Filters) == 0 {
+		return 0, Errorf(ProtocolError, "unsubscribe without topic filters")
+	}
+	pn, err := v5PropsSize(v5, &p.Props, UNSUBSCRIBE)
+	if err != nil {
+		return 0, err
+	}
+	n := 2 + pn
+	for _, f := range p.Filters {
+		if err := tooLong("topic filter", len(f)); err != nil {
+			return 0, err
+		}
+		n += 2 + len(f)
+	}
+	return n, nil
+}
+
+// unsubackSize: before MQTT 5 an UNSUBACK is its packet identifier alone.
+func unsubackSize(p *Unsuback, v5 bool) (int, error) {
+	if !v5 {
+		return 2, nil
+	}
+	if len(p.ReasonCodes) == 0 {
+		return 0, Errorf(ProtocolError, "v5 unsuback without reason codes")
+	}
+	pn, err := propsSize(&p.Props, UNSUBACK)
+	return 2 + pn + len(p.ReasonCodes), err
 }
 
 func protocolName(v Version) string {
@@ -393,48 +397,7 @@ func appendPacket(dst []byte, p Packet, v Version, n int) []byte {
 	v5 := v == V5
 	switch p := p.(type) {
 	case *Connect:
-		dst = append(dst, byte(CONNECT)<<4)
-		dst = appendVarint(dst, n)
-		name := p.ProtocolName
-		if name == "" {
-			name = protocolName(v)
-		}
-		dst = appendString(dst, name)
-		var flags byte
-		if p.CleanStart {
-			flags |= 0x02
-		}
-		if w := p.Will; w != nil {
-			flags |= 0x04 | w.QoS<<3
-			if w.Retain {
-				flags |= 0x20
-			}
-		}
-		if p.PasswordFlag {
-			flags |= 0x40
-		}
-		if p.UsernameFlag {
-			flags |= 0x80
-		}
-		dst = append(dst, byte(v), flags)
-		dst = appendU16(dst, p.KeepAlive)
-		if v5 {
-			dst = p.Props.appendTo(dst, p.Props.size())
-		}
-		dst = appendString(dst, p.ClientID)
-		if w := p.Will; w != nil {
-			if v5 {
-				dst = w.Props.appendTo(dst, w.Props.size())
-			}
-			dst = appendString(dst, w.Topic)
-			dst = appendBinary(dst, w.Payload)
-		}
-		if p.UsernameFlag {
-			dst = appendString(dst, p.Username)
-		}
-		if p.PasswordFlag {
-			dst = appendBinary(dst, p.Password)
-		}
+		dst = appendConnect(dst, p, v, n)
 	case *Connack:
 		dst = append(dst, byte(CONNACK)<<4)
 		dst = appendVarint(dst, n)
@@ -473,27 +436,7 @@ func appendPacket(dst []byte, p Packet, v Version, n int) []byte {
 	case *Pubcomp:
 		dst = appendAck(dst, 0x70, n, p.PacketID, p.ReasonCode, &p.Props)
 	case *Subscribe:
-		dst = append(dst, byte(SUBSCRIBE)<<4|0x02)
-		dst = appendVarint(dst, n)
-		dst = appendU16(dst, p.PacketID)
-		if v5 {
-			dst = p.Props.appendTo(dst, p.Props.size())
-		}
-		for i := range p.Subscriptions {
-			s := &p.Subscriptions[i]
-			dst = appendString(dst, s.Filter)
-			o := s.QoS
-			if v5 {
-				if s.NoLocal {
-					o |= 0x04
-				}
-				if s.RetainAsPublished {
-					o |= 0x08
-				}
-				o |= s.RetainHandling << 4
-			}
-			dst = append(dst, o)
-		}
+		dst = appendSubscribe(dst, p, v5, n)
 	case *Suback:
 		dst = append(dst, byte(SUBACK)<<4)
 		dst = appendVarint(dst, n)
@@ -532,6 +475,78 @@ func appendPacket(dst []byte, p Packet, v Version, n int) []byte {
 		dst = appendShort(dst, byte(DISCONNECT)<<4, n, p.ReasonCode, &p.Props)
 	case *Auth:
 		dst = appendShort(dst, byte(AUTH)<<4, n, p.ReasonCode, &p.Props)
+	}
+	return dst
+}
+
+func appendConnect(dst []byte, p *Connect, v Version, n int) []byte {
+	v5 := v == V5
+	dst = append(dst, byte(CONNECT)<<4)
+	dst = appendVarint(dst, n)
+	name := p.ProtocolName
+	if name == "" {
+		name = protocolName(v)
+	}
+	dst = appendString(dst, name)
+	var flags byte
+	if p.CleanStart {
+		flags |= 0x02
+	}
+	if w := p.Will; w != nil {
+		flags |= 0x04 | w.QoS<<3
+		if w.Retain {
+			flags |= 0x20
+		}
+	}
+	if p.PasswordFlag {
+		flags |= 0x40
+	}
+	if p.UsernameFlag {
+		flags |= 0x80
+	}
+	dst = append(dst, byte(v), flags)
+	dst = appendU16(dst, p.KeepAlive)
+	if v5 {
+		dst = p.Props.appendTo(dst, p.Props.size())
+	}
+	dst = appendString(dst, p.ClientID)
+	if w := p.Will; w != nil {
+		if v5 {
+			dst = w.Props.appendTo(dst, w.Props.size())
+		}
+		dst = appendString(dst, w.Topic)
+		dst = appendBinary(dst, w.Payload)
+	}
+	if p.UsernameFlag {
+		dst = appendString(dst, p.Username)
+	}
+	if p.PasswordFlag {
+		dst = appendBinary(dst, p.Password)
+	}
+	return dst
+}
+
+func appendSubscribe(dst []byte, p *Subscribe, v5 bool, n int) []byte {
+	dst = append(dst, byte(SUBSCRIBE)<<4|0x02)
+	dst = appendVarint(dst, n)
+	dst = appendU16(dst, p.PacketID)
+	if v5 {
+		dst = p.Props.appendTo(dst, p.Props.size())
+	}
+	for i := range p.Subscriptions {
+		s := &p.Subscriptions[i]
+		dst = appendString(dst, s.Filter)
+		o := s.QoS
+		if v5 {
+			if s.NoLocal {
+				o |= 0x04
+			}
+			if s.RetainAsPublished {
+				o |= 0x08
+			}
+			o |= s.RetainHandling << 4
+		}
+		dst = append(dst, o)
 	}
 	return dst
 }
