@@ -88,7 +88,7 @@
 //
 //	sink.go        AcceptAsync maps it (config.go outRule,
 //	               spoolMessageFor) and appends it to
-//	spool/         the spool (spool.go write, flush.go group commit); the
+//	spool/         the spool (append.go write, flush.go group commit); the
 //	               gateway acknowledges the publisher from done
 //	loop.go        the owner connects (connect311.go or connect5.go,
 //	               through conn.go dial) and serves
