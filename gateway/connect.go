@@ -141,7 +141,16 @@ func (c *client) authenticate(cp *packet.Connect) error {
 			c.setReason(CloseShutdown)
 			return errClosed
 		}
-		if err := o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN); err != nil {
+		// The check itself waits its turn: one nobody is guessing goes
+		// before the guesses (checkgate.go).
+		if !c.srv.tarpit.checks.enter(host, c.srv.tarpit.guessed(host, c.username), c.done) {
+			c.srv.tarpit.abandoned(host, c.username)
+			c.setReason(CloseShutdown)
+			return errClosed
+		}
+		err := o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN)
+		c.srv.tarpit.checks.leave()
+		if err != nil {
 			c.srv.tarpit.failed(host, c.username, time.Now())
 			c.srv.stats.authFailures.Add(1)
 			c.logf(slog.LevelInfo, "authentication failed", "user", c.username, "err", err)

@@ -68,7 +68,8 @@
 //	limits.go         topic and subscription limits
 //	retained.go       the retained store's bound; a SUBSCRIBE's retained
 //	                  messages fed into the queue as it drains
-//	tarpit.go         slowing down password guessing
+//	tarpit.go         slowing down password guessing; checkgate.go the
+//	                  order of password checks
 //	stats.go          counters, Stats, $SYS; sys.go $SYS subscriptions
 //	clients.go        the status page's list of clients
 //	close.go          close reasons
@@ -105,8 +106,8 @@
 //
 // Locks are taken top down, never bottom up. A lock with nothing indented
 // below it is a leaf (nothing is taken while it is held), as is every lock
-// not listed (keep.mu, hold.mu, shareMu, watchMu, the tarpit's, the sinks'
-// tree).
+// not listed (keep.mu, hold.mu, shareMu, watchMu, the tarpit's, the check
+// gate's, the sinks' tree).
 //
 //	registry.mu             the sessions by client id (registry.go)
 //	  topics.Retained       read-locked while SUBSCRIBE collects retained

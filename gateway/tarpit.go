@@ -21,7 +21,9 @@ package gateway
 // lane's failures (a shared lane's stay): an attacker who owns one valid
 // login cannot wipe the penalty of its guesses at another user's
 // password. A login with a credential verified lately skips the tarpit
-// altogether (connect.go).
+// altogether (connect.go). The checks the tarpit admits then wait their
+// turn at the check gate (checkgate.go), where a lane nobody is guessing
+// goes before the guesses.
 
 import (
 	"net"
@@ -51,6 +53,8 @@ const tarpitShared = "\x00shared"
 type tarpit struct {
 	mu    sync.Mutex
 	hosts map[string]*guesser
+
+	checks checkGate // orders the checks the tarpit admits (checkgate.go)
 }
 
 // guesser is one source address.
@@ -149,6 +153,22 @@ func (t *tarpit) admit(host, user string, now time.Time) (wait time.Duration, bu
 	l.pending++
 	g.last = now
 	return slot.Sub(now), false
+}
+
+// guessed reports whether user's lane at host (the shared one if user has
+// none and the address has all its lanes) has failed logins.
+func (t *tarpit) guessed(host, user string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.hosts[host]
+	if g == nil {
+		return false
+	}
+	l := g.lanes[user]
+	if l == nil && len(g.lanes) >= tarpitUsersMax {
+		l = g.lanes[tarpitShared]
+	}
+	return l != nil && l.fails > 0
 }
 
 // add makes host's entry. Caller holds t.mu.

@@ -25,6 +25,7 @@ var users = map[string]string{
 	"alice": "alice-pw",
 	"bob":   "bob-pw",
 	"ops":   "ops-pw",
+	"carol": "carol-pw",
 }
 
 // aclText is the ACL of issue 13 (plus ops), in the syntax both brokers read.
@@ -66,7 +67,7 @@ func (s *brokerSpec) prepare(ctx context.Context) error {
 		return err
 	}
 	pw := filepath.Join(s.dir, "passwd")
-	for _, u := range []string{"alice", "bob", "ops"} {
+	for _, u := range []string{"alice", "bob", "ops", "carol"} {
 		var cmd *exec.Cmd
 		switch s.name {
 		case "edgegw":

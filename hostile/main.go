@@ -46,6 +46,8 @@ var attacks = []attack{
 	{"stuck-subscriber", attackStuckSubscriber},
 	{"retained-flood", attackRetainedFlood},
 	{"wrong-password", attackWrongPassword},
+	{"login-flood", attackLoginFlood},
+	{"login-flood-names", attackLoginFloodNames},
 	{"acl-leaks", attackACL},
 }
 
