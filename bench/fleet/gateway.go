@@ -127,7 +127,22 @@ func (g *gateway) signal(sig syscall.Signal) error {
 	}
 }
 
-var addrRe = regexp.MustCompile(`address=(\S+)`)
+var (
+	addrRe   = regexp.MustCompile(`address=(\S+)`)
+	reasonRe = regexp.MustCompile(`reason=("[^"]*"|\S+)`)
+)
+
+// lineAt is the text of the first line read at t.
+func (g *gateway) lineAt(t time.Time) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, l := range g.lines {
+		if l.at.Equal(t) {
+			return l.text
+		}
+	}
+	return ""
+}
 
 // connectedSince returns the first "uplink connected" line at or after t,
 // and the address it names.
