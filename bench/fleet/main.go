@@ -92,7 +92,7 @@ func run(ctx context.Context, p params) int {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		return 2
 	}
-	r := &runner{p: p, dir: dir, out: os.Stdout}
+	r := &runner{p: p, dir: dir, out: os.Stdout, killBound: map[*gateway]int{}, killRate: map[*gateway]float64{}}
 	defer r.cleanup()
 	code := r.run(ctx)
 	if ctx.Err() != nil {
@@ -116,6 +116,9 @@ type runner struct {
 	gws      []*gateway
 	subs     []*subscriber
 	collided []*gateway
+
+	killBound map[*gateway]int     // per gateway killed with -9: copies allowed
+	killRate  map[*gateway]float64 // its acked rate just before the kill
 
 	report strings.Builder
 	failed []string
