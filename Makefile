@@ -17,7 +17,8 @@ PKG      := ./...
 .PHONY: all build test go-test test-deps vet fmt-check fuzz
 
 # Fragments: mk/bench.mk (make bench), mk/dist.mk (make dist, deb),
-# mk/soak.mk (make soak), mk/hostile.mk (make hostile: attacks side by side
+# mk/soak.mk (make soak), mk/fleet.mk (make fleet: 20 gateways into a 3-node
+# NATS cluster, a node killed; bench/fleet), mk/hostile.mk (make hostile: attacks side by side
 # with mosquitto; not part of make test), mk/flaky.mk (make flaky),
 # mk/crashsim.mk (make crashsim: power-cut crash states of the spool and
 # the state store; make test runs a sample of them).
