@@ -2,7 +2,8 @@ package bridge
 
 // The uplink's transport: dialTransport opens it (TCP, TLS or WebSocket)
 // and meteredConn wraps it for the session engine, whose wire
-// (bridge/wire) owns its writes and their deadlines.
+// (bridge/wire) owns its writes and their deadlines; a plain TCP socket
+// reads and writes through internal/sockio.
 
 import (
 	"context"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edgegw/edgegw/bridge/wire"
+	"github.com/edgegw/edgegw/internal/sockio"
 )
 
 // connSlot holds the current attempt's connection so the owner can tear
@@ -55,11 +57,21 @@ func (s *connSlot) close() {
 // waits for the rate limit's bucket before each record, would hand out a
 // whole batch on credit. So a publish is debited as it is queued
 // (queued), and a write debits only what was not debited before.
+//
+// A plain TCP socket is read and written through internal/sockio
+// (rawSocket), so the uplink's traffic does not wake the runtime's
+// sysmon after each idle moment; deadlines and close end its calls as
+// they end the net package's, which the wire tells apart.
 type meteredConn struct {
 	net.Conn
+	raw      syscall.RawConn // nil unless Conn is a plain TCP socket
 	lastRead *atomic.Int64
 	budget   *budget
 	early    atomic.Int64 // bytes debited when queued, not yet written
+}
+
+func newMeteredConn(c net.Conn, lastRead *atomic.Int64, b *budget) *meteredConn {
+	return &meteredConn{Conn: c, raw: rawSocket(c), lastRead: lastRead, budget: b}
 }
 
 // queued debits a publish of n bytes queued for the wire.
@@ -69,7 +81,15 @@ func (c *meteredConn) queued(n int) {
 }
 
 func (c *meteredConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	var n int
+	var err error
+	switch {
+	case len(p) == 0:
+	case c.raw != nil:
+		n, err = sockio.Read(c.raw, p, true)
+	default:
+		n, err = c.Conn.Read(p)
+	}
 	if n > 0 {
 		c.lastRead.Store(time.Now().UnixNano())
 	}
@@ -77,7 +97,13 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 }
 
 func (c *meteredConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
+	var n int
+	var err error
+	if c.raw != nil {
+		n, err = sockio.Write(c.raw, p)
+	} else {
+		n, err = c.Conn.Write(p)
+	}
 	debit := int64(n)
 	for {
 		e := c.early.Load()

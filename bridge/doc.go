@@ -25,7 +25,8 @@
 //	window.go      the send window (max_inflight auto)
 //	budget.go      the byte budget and rate limit
 //	conn.go        the transport: dial (TCP, TLS, WebSocket), the metered
-//	               connection the engine's wire writes to
+//	               connection the engine's wire writes to (a plain TCP
+//	               socket reads and writes through internal/sockio)
 //	inbound.go     messages from upstream into the gateway
 //	reload.go      live reload (SIGHUP)
 //	ledger.go      where every accepted message went; spoolstats.go

@@ -200,7 +200,7 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 	if err != nil {
 		return nil, err
 	}
-	mc := &meteredConn{Conn: nc, lastRead: &b.lastRead, budget: b.budget}
+	mc := newMeteredConn(nc, &b.lastRead, b.budget)
 	if !s.slot.set(mc) {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
 	}
