@@ -37,7 +37,6 @@ type Bridge struct {
 
 	spool    atomic.Pointer[spool.Spool] // set by Open before the sinks are added
 	budget   *budget                     // uplink byte budget (budget.go); set by Open with the spool, nil: none
-	store    *uplinkStore                // paho's store, shared by the bridge's successive clients
 	openMu   sync.Mutex                  // serialises Open
 	tmpDir   string                      // spool dir made by Open when none is configured; removed by Run
 	filters  []string                    // local filters registered as sinks by Open
@@ -51,9 +50,7 @@ type Bridge struct {
 	stuck       stuckRecord    // connections ended right after the same record (stuck.go); owner goroutine only
 	collide     collisionWatch // connections ended right after they came up (collision.go); owner goroutine only
 
-	// MQTT 5 (uplink5.go).
-	proto         string    // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
-	sess5         *session5 // the MQTT 5 uplink's session state, shared by its clients (session5.go)
+	proto         string // Protocol311, Protocol5 or ProtocolAuto (until 5 is refused); owner goroutine only
 	upRefused     refusalCounts
 	upRefusedLog  refusalLog5
 	uplinkProto   atomic.Value             // string: the protocol of the current or last connection
@@ -61,7 +58,7 @@ type Bridge struct {
 	qosHeld       atomic.Bool              // a message above the granted QoS is held (qos_not_granted: hold)
 	qosDowngraded atomic.Uint64            // messages sent at a lower QoS than their rule's
 
-	// The session engine (Config.Engine "session", uplinkengine.go).
+	// The session engine (uplinkengine.go).
 	eng        engineState // owner goroutine only
 	engResumed atomic.Uint64
 
@@ -101,7 +98,6 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	setPahoLogger(log)
 	b := &Bridge{
 		cfg:    cfg,
 		gw:     gw,
@@ -111,9 +107,6 @@ func New(cfg Config, gw Gateway, log *slog.Logger) (*Bridge, error) {
 	b.c.Store(c)
 	b.rl.wake = make(chan struct{}, 1)
 	b.proto = c.proto
-	b.store = newUplinkStore(b.completedByPeer)
-	b.sess5 = newSession5(b.ended5)
-	b.initInbound()
 	b.refusals = refusalLog{log: b.log, every: refusalLogEvery}
 	return b, nil
 }

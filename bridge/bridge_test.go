@@ -16,11 +16,9 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
-// testConfig is a bridge to addrs with fast timers for tests, on the
-// session engine that EDGEGW_TEST_BRIDGE_ENGINE names (testEngine).
+// testConfig is a bridge to addrs with fast timers for tests.
 func testConfig(t testing.TB, name string, addrs ...string) bridge.Config {
 	return bridge.Config{
-		Engine:            testEngine(),
 		Name:              name,
 		Addresses:         addrs,
 		ClientID:          "edge-" + name,

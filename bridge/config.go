@@ -124,15 +124,8 @@ type Config struct {
 	// or "auto": 5, and 3.1.1 from the first CONNACK that refuses version
 	// 5 until the bridge restarts. Over MQTT 5 the broker's Receive
 	// Maximum bounds the QoS 1/2 publishes in flight (MaxInflightQoS2 is
-	// not used) and its refusals are seen (uplink5.go).
+	// not used) and its refusals are seen (uplinkengine.go).
 	Protocol string
-
-	// Engine is the code that runs the uplink's MQTT session:
-	// EngineSession (the default: the bridge's own session engine,
-	// bridge/session, on the spool's session log; uplinkengine.go) or
-	// EnginePaho (paho over 3.1.1 and paho.golang over 5, uplink311.go
-	// and uplink5.go; kept until it is deleted).
-	Engine string
 
 	// MaxPacketSize is the largest MQTT packet the cloud broker takes, in
 	// bytes, fixed header included (0: no limit known). A message whose
@@ -162,9 +155,6 @@ const (
 	DefaultAckTimeout     = 20 * time.Second
 	// MaxInflightAuto is MaxInflight sized by the link, the default.
 	MaxInflightAuto = 0
-	// EnginePaho and EngineSession are the values of Config.Engine.
-	EnginePaho    = "paho"
-	EngineSession = "session"
 	// DefaultMaxInflightQoS2 is mosquitto's default per-client quota of
 	// incoming QoS 2 flows (max_inflight_messages 20).
 	DefaultMaxInflightQoS2 = 20
@@ -219,9 +209,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.QoSNotGranted == "" {
 		c.QoSNotGranted = QoSDowngrade
-	}
-	if c.Engine == "" {
-		c.Engine = EngineSession
 	}
 	if c.BacklogShare == 0 {
 		c.BacklogShare = DefaultBacklogShare
@@ -340,9 +327,6 @@ func (c Config) compile() (*compiled, error) {
 		bad("protocol", "%v", err)
 	} else {
 		out.proto = p
-	}
-	if c.Engine != EnginePaho && c.Engine != EngineSession {
-		bad("engine", "%q: must be %s or %s", c.Engine, EnginePaho, EngineSession)
 	}
 	if c.MaxInflightQoS2 < 1 || c.MaxInflightQoS2 > 65535 {
 		bad("max_inflight_qos2", "%d: must be 1..65535", c.MaxInflightQoS2)

@@ -1,11 +1,9 @@
 package bridge
 
-// The uplink's transport: paho dials through dial (its custom
-// open-connection hook) and gets a deadlineConn, so that every write paho
-// makes, PINGREQ included, has a deadline (field report 003), and every read
-// is time-stamped for the ack watchdog; the publish flows' packet ids are
-// rewritten on the way (wireid.go), and writes are batched
-// (batchwrite.go).
+// The uplink's transport: dialTransport opens it (TCP, TLS or WebSocket)
+// and meteredConn wraps it for the session engine, whose wire
+// (bridge/wire) owns its writes and their deadlines; a plain TCP socket
+// reads and writes through internal/sockio.
 
 import (
 	"context"
@@ -18,136 +16,26 @@ import (
 	"syscall"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/edgegw/edgegw/bridge/wire"
 	"github.com/edgegw/edgegw/internal/sockio"
 )
 
-// deadlineConn wraps the uplink's net.Conn. It owns the write deadline:
-// its batchWriter writes in chunks with a deadline of timeout each, so the
-// deadline measures progress, and paho's own SetWriteDeadline calls are
-// ignored (paho clears the deadline after each packet, which would undo
-// ours). A chunk of a WebSocket transport is its own frame, which MQTT
-// over WebSocket allows (a packet may span frames). A write that times out
-// calls onTimeout and closes the connection, so paho's reader fails and
-// reports the connection lost.
-type deadlineConn struct {
-	net.Conn
-	raw      syscall.RawConn // nil unless Conn is a plain TCP socket (internal/sockio)
-	lastRead *atomic.Int64   // unix nanos of the last read that returned data
-	store    *uplinkStore    // nil: no packet id rewriting (MQTT 5, session5.go)
-	w        *batchWriter
-	budget   *budget // debited with every byte written (budget.go); nil: none
-
-	// Read side, used only by paho's reader goroutine.
-	acks  ackRewriter
-	rbuf  []byte // read from the socket
-	ready []byte // filtered, not yet returned to paho
-	rerr  error  // the socket's error, returned once ready is drained
-}
-
-// writeChunk is the most written under one deadline: write_timeout bounds
-// a write that makes no progress, not the time a large PUBLISH (or a
-// batch of small ones, batchwrite.go) takes on a slow link. Small enough
-// that a 64 kbit/s link that is still moving passes it well within the
-// default write_timeout; TLS does not allow a write to be resumed after
-// its deadline, so the chunk, not a retry, is what measures progress.
-const writeChunk = 4 << 10
-
-// Write takes one packet from paho (paho writes one per call), rewrites
-// its packet id and hands it to the batch writer.
-func (c *deadlineConn) Write(p []byte) (int, error) {
-	var pid uint16
-	if c.store != nil {
-		pid = rewriteOutgoing(c.store, p)
-	}
-	n, err := c.w.Write(p)
-	c.budget.wrote(n)
-	if pid != 0 && err == nil {
-		c.store.markWritten(pid) // a direct publish may follow it (direct.go)
-	}
-	return n, err
-}
-
-// Close flushes what is buffered (within the write timeout) and closes.
-func (c *deadlineConn) Close() error { return c.w.Close() }
-
-// abort closes at once, dropping what is buffered.
-func (c *deadlineConn) abort() { c.w.abort() }
-
-// Read returns the upstream bytes with the packet ids of acks rewritten
-// (wireid.go). paho reads a packet's header a byte at a time, so the
-// connection reads the socket in blocks of its own.
-func (c *deadlineConn) Read(p []byte) (int, error) {
-	for len(c.ready) == 0 {
-		if c.rerr != nil {
-			return 0, c.rerr
-		}
-		if c.rbuf == nil {
-			c.rbuf = make([]byte, readBlock, 2*readBlock+8)
-		}
-		var n int
-		var err error
-		if c.raw != nil {
-			n, err = sockio.Read(c.raw, c.rbuf[:readBlock], true)
-		} else {
-			n, err = c.Conn.Read(c.rbuf[:readBlock])
-		}
-		if n > 0 {
-			c.lastRead.Store(time.Now().UnixNano())
-			if c.store != nil {
-				c.ready = c.acks.filter(c.rbuf[:n], c.rbuf[readBlock:readBlock])
-			} else {
-				c.ready = c.rbuf[:n]
-			}
-		}
-		c.rerr = err
-		if err != nil {
-			if broken := c.w.brokenErr(); broken != nil {
-				c.rerr = fmt.Errorf("uplink broken: %w", broken)
-			}
-		}
-	}
-	n := copy(p, c.ready)
-	c.ready = c.ready[n:]
-	return n, nil
-}
-
-// readBlock is the most read from the socket at once.
-const readBlock = 4 << 10
-
-// SetDeadline only sets the read deadline: writes keep their own.
-func (c *deadlineConn) SetDeadline(t time.Time) error { return c.Conn.SetReadDeadline(t) }
-
-// SetWriteDeadline is a no-op: Write sets the deadline itself.
-func (c *deadlineConn) SetWriteDeadline(time.Time) error { return nil }
-
-// connSlot holds the current attempt's raw connection so the owner can tear
-// it down from outside paho (watchdog trip, shutdown). Once closed, a
-// connection set later is closed at once.
+// connSlot holds the current attempt's connection so the owner can tear
+// it down from outside the engine (shutdown, a teardown by the bridge).
+// Once closed, a connection set later is closed at once.
 type connSlot struct {
 	mu     sync.Mutex
-	conn   *deadlineConn
-	other  net.Conn // the session engine's connection (uplinkengine.go), instead of conn
+	conn   net.Conn
 	closed bool
 }
 
-// setOther is set for the session engine's connection.
-func (s *connSlot) setOther(c net.Conn) bool {
+// set makes c the slot's connection; false: the slot was closed (c is
+// closed too).
+func (s *connSlot) set(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		c.Close()
-		return false
-	}
-	s.other = c
-	return true
-}
-
-func (s *connSlot) set(c *deadlineConn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		c.abort()
 		return false
 	}
 	s.conn = c
@@ -159,34 +47,74 @@ func (s *connSlot) close() {
 	defer s.mu.Unlock()
 	s.closed = true
 	if s.conn != nil {
-		s.conn.abort()
-	}
-	if s.other != nil {
-		s.other.Close()
+		s.conn.Close()
 	}
 }
 
-// dial opens the transport for u within ConnectTimeout (TCP, TLS or
-// WebSocket), wrapped in a deadlineConn that rewrites packet ids through
-// st (nil: none).
-func (b *Bridge) dial(ctx context.Context, u *url.URL, st *uplinkStore, slot *connSlot, onTimeout func(error)) (net.Conn, error) {
-	c, err := b.dialTransport(ctx, u)
-	if err != nil {
-		return nil, err
+// meteredConn is the engine's transport: reads are time-stamped for
+// Stats and the stuck check, writes debit the byte budget. The wire
+// queues a publish and writes it later, in a batch: the picker, which
+// waits for the rate limit's bucket before each record, would hand out a
+// whole batch on credit. So a publish is debited as it is queued
+// (queued), and a write debits only what was not debited before.
+//
+// A plain TCP socket is read and written through internal/sockio
+// (rawSocket), so the uplink's traffic does not wake the runtime's
+// sysmon after each idle moment; deadlines and close end its calls as
+// they end the net package's, which the wire tells apart.
+type meteredConn struct {
+	net.Conn
+	raw      syscall.RawConn // nil unless Conn is a plain TCP socket
+	lastRead *atomic.Int64
+	budget   *budget
+	early    atomic.Int64 // bytes debited when queued, not yet written
+}
+
+func newMeteredConn(c net.Conn, lastRead *atomic.Int64, b *budget) *meteredConn {
+	return &meteredConn{Conn: c, raw: rawSocket(c), lastRead: lastRead, budget: b}
+}
+
+// queued debits a publish of n bytes queued for the wire.
+func (c *meteredConn) queued(n int) {
+	c.budget.wrote(n)
+	c.early.Add(int64(n))
+}
+
+func (c *meteredConn) Read(p []byte) (int, error) {
+	var n int
+	var err error
+	switch {
+	case len(p) == 0:
+	case c.raw != nil:
+		n, err = sockio.Read(c.raw, p, true)
+	default:
+		n, err = c.Conn.Read(p)
 	}
-	if st != nil { // MQTT 3.1.1: the last connection's requests died with it (requestid.go)
-		st.dropRequests()
-		st.connecting()
+	if n > 0 {
+		c.lastRead.Store(time.Now().UnixNano())
 	}
-	raw := rawSocket(c)
-	dc := &deadlineConn{
-		Conn: c, raw: raw, lastRead: &b.lastRead, store: st, acks: ackRewriter{st: st},
-		w: newBatchWriter(c, raw, b.cfg.WriteTimeout, onTimeout), budget: b.budget,
+	return n, err
+}
+
+func (c *meteredConn) Write(p []byte) (int, error) {
+	var n int
+	var err error
+	if c.raw != nil {
+		n, err = sockio.Write(c.raw, p)
+	} else {
+		n, err = c.Conn.Write(p)
 	}
-	if !slot.set(dc) {
-		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
+	debit := int64(n)
+	for {
+		e := c.early.Load()
+		take := min(e, debit)
+		if c.early.CompareAndSwap(e, e-take) {
+			debit -= take
+			break
+		}
 	}
-	return dc, nil
+	c.budget.wrote(int(debit))
+	return n, err
 }
 
 // dialTransport opens the transport for u within ConnectTimeout: TCP,
@@ -217,8 +145,8 @@ func (b *Bridge) dialTransport(ctx context.Context, u *url.URL) (net.Conn, error
 		if u.Scheme == "wss" {
 			wt = tcfg
 		}
-		// paho's WebSocket transport (gorilla) takes a timeout, not a ctx.
-		c, err = mqtt.NewWebsocket(wu.String(), wt, b.cfg.ConnectTimeout, nil, nil)
+		// The WebSocket transport (bridge/wire) takes a timeout, not a ctx.
+		c, err = wire.DialWebSocket(wu.String(), wt, b.cfg.ConnectTimeout)
 	default:
 		err = fmt.Errorf("unsupported scheme %q", u.Scheme)
 	}

@@ -12,74 +12,66 @@
 //	               what a rule adds to it (expiry, lane)
 //	lanes.go       the picker: which record goes next
 //	refusals.go    local messages the spool could not keep, counted and logged
-//	loop.go        the owner goroutine: reconnect loop, backoff, protocol choice
-//	uplink.go      one upstream connection, either protocol: serveUplink
-//	uplinkengine.go  the connection on the session engine (the default):
-//	               the seam's third protocol, the engine's Store and inbound
-//	send.go        the sender, either protocol
+//	loop.go        the owner goroutine: reconnect loop, backoff
+//	uplink.go      one upstream connection: serveUplink
+//	uplinkengine.go  the connection on the session engine: connect,
+//	               subscribe, publish and finish; the engine's Store
+//	send.go        the sender
 //	packetsize.go  a PUBLISH's exact size on the wire (max_packet_size)
 //	stuck.go       a message the cloud broker closes the link on, again
 //	               and again: the ERROR line and its hint
-//	ack.go         the acker and ack watchdog, either protocol; completed
+//	ack.go         the acker; completed
 //	flowqueue.go   the flows from the sender to the acker, in send order
 //	window.go      the send window (max_inflight auto)
 //	budget.go      the byte budget and rate limit
-//	conn.go        the transport: dial, deadlines (a plain TCP socket reads
-//	               and writes through internal/sockio); batchwrite.go its writes
-//	inbound.go     messages from upstream, both protocols
+//	conn.go        the transport: dial (TCP, TLS, WebSocket), the metered
+//	               connection the engine's wire writes to (a plain TCP
+//	               socket reads and writes through internal/sockio)
+//	inbound.go     messages from upstream into the gateway
 //	reload.go      live reload (SIGHUP)
 //	ledger.go      where every accepted message went; spoolstats.go
 //	protocol.go    the MQTT version; MQTT 5 reason codes
-//	log.go         paho's log; connect failure lines
+//	log.go         connect failure lines
 //	addresses.go   the addresses for the status page; their order
 //	               (address_order: spread over a fleet, or strict)
 //	collision.go   another client using the bridge's client id, named
 //	upstream.go    what the upstream granted: the bridge flag, the QoS
 //	               it takes (upstream_max_qos, qos_not_granted)
 //
-// The paho engine's two protocols, side by side (paho for MQTT 3.1.1,
-// paho.golang for MQTT 5), to be deleted:
+// # The session engine
 //
-//	MQTT 3.1.1        MQTT 5
-//	connect311.go     connect5.go     CONNECT, subscriptions
-//	uplink311.go      uplink5.go      the protocol's part of send and ack
-//	direct.go                         QoS 0/1 publishes the bridge writes
-//	                                  itself (QoS 2 goes through paho)
-//	session311.go     session5.go     the MQTT session: in-flight flows,
-//	                                  re-sent on reconnect
-//	wireid.go                         packet ids on the wire (paho's are
-//	                                  rewritten; paho.golang sends ours)
-//	requestid.go                      SUBSCRIBE and UNSUBSCRIBE ids on
-//	                                  the wire
-//
-// # The session engine (Config.Engine "session", the default)
-//
-// Beside the paho uplink, which steers paho and paho.golang from outside
-// (Config.Engine "paho", to be deleted), the uplink's own session engine
-// runs behind the same protocol seam (send.go): uplinkengine.go is its
-// third implementation, the spool's session log its Store, the gateway
-// (PublishExactlyOnce, Release) the keeper of its inbound QoS 2 ids. The
-// send policy (picker, window, budget, refusals, stuck) is the same
-// code for both. It lives in two packages that depend one way
-// (session -> wire -> gateway/packet, paho's packets):
+// The uplink's MQTT session is the bridge's own engine, in two packages
+// that depend one way (session -> wire -> gateway/packet, paho's
+// packets; neither imports this package):
 //
 //	wire/      the wire: a packet-level connection over a net.Conn, one
 //	           writer goroutine, a control lane (PINGREQ, acks) written
 //	           before queued publishes, write_timeout on every chunk
-//	session/   the engine: packet ids, flows of both directions, the
-//	           window, resume by session present, keepalive, the ack
-//	           watchdog; its durable state through a small Store, which
-//	           the spool implements (spool/session.go, session.log)
+//	session/   the engine: packet ids, flows of both directions, resume
+//	           by session present, keepalive, the ack watchdog; its
+//	           durable state through a small Store, which the spool
+//	           implements (spool/session.go, session.log)
+//
+// This package keeps the send policy (picker, window, budget, refusals,
+// stuck) and hands the engine what it needs: uplinkengine.go connects it,
+// gives it the spool's session log as its Store and the gateway
+// (PublishExactlyOnce, Release) as the keeper of its inbound QoS 2 ids.
+//
+// "Acknowledged upstream" is decided in one place,
+// session.Engine.acknowledgedUpstream: on the peer's PUBACK or PUBCOMP
+// read from the wire (over MQTT 5 also a PUBACK/PUBREC refusing the
+// message for good), and nowhere else does a record leave the spool as
+// delivered.
 //
 // One engine speaks one packet type, gateway/packet's: MQTT 5 is
 // encoded and decoded by gateway/packet itself (the project's fuzzed,
 // symmetric codec with golden tests, so the client side, CONNECT and
 // SUBSCRIBE out and CONNACK and SUBACK in, is the code the broker side
-// already trusts), and MQTT 3.1.1 by paho's public packets package, which
-// the design names, through a field-for-field adapter (wire/codec311.go).
-// paho.golang's packets would have given the engine a second set of
-// types to switch on for the same flows. "Acknowledged upstream" is
-// decided in one place there, session.Engine.acknowledgedUpstream.
+// already trusts), and MQTT 3.1.1 by paho's public packets package
+// through a field-for-field adapter (wire/codec311.go): the design names
+// paho for the 3.1.1 uplink, and its packets package is a codec made to
+// be used on its own, with no client behind it to steer. The WebSocket
+// transport (ws://, wss://) is paho's too (wire/websocket.go).
 //
 // "Session" is the MQTT session only (the state client and broker keep
 // across connections); one connection is an uplink.
@@ -90,27 +82,23 @@
 //	               spoolMessageFor) and appends it to
 //	spool/         the spool (append.go write, flush.go group commit); the
 //	               gateway acknowledges the publisher from done
-//	loop.go        the owner connects (connect311.go or connect5.go,
-//	               through conn.go dial) and serves
+//	loop.go        the owner connects (uplinkengine.go connectUplink,
+//	               through conn.go dialTransport) and serves
 //	uplink.go      serveUplink: window, picker, sender and acker, then
 //	send.go        send: the picker (lanes.go next; spool Head) picks it
 //	               (a picker that caught up waits for spool WakeOnChange,
 //	               sent once per group commit: it sends the batch in one go),
 //	               the window (window.go acquire) takes it, and the
-//	               protocol (uplink311.go or uplink5.go claim, publish;
-//	               session311.go or session5.go) puts it on the wire
-//	               (conn.go, wireid.go, batchwrite.go): over MQTT 3.1.1
-//	               a QoS 0/1 publish is written by the sender itself
-//	               (direct.go writeDirect), a QoS 2 one handed to paho
-//	session311.go  the PUBACK/PUBCOMP ends its flow (3.1.1 QoS 1:
-//	               wireid.go ackRewriter, direct.go completeDirect;
-//	               QoS 2: paho's Del; over MQTT 5 session5.go
-//	               PacketReceived, uplink5.go ended5), which acks its
-//	               record (ack.go completed: spool Ack); a QoS 0 publish
-//	               is complete once written
-//	ack.go         ack: the flow ended in send order (uplink311.go or
-//	               uplink5.go finish: a refusal for now goes back to the
-//	               picker), its room in the window is freed
+//	               engine (uplinkengine.go publish: session Link.Publish)
+//	               puts it on the wire (session/, wire/); a QoS 0
+//	               publish is complete once queued for the wire (ack.go
+//	               completed: spool Ack)
+//	session/       the PUBACK/PUBCOMP ends its flow
+//	               (Engine.acknowledgedUpstream: the Store's Ack, the
+//	               spool's session log, acks its record)
+//	ack.go         ack: the flow ended in send order (uplinkengine.go
+//	               finish: a refusal for now goes back to the picker),
+//	               its room in the window is freed
 //
 // # Topic rules
 //
@@ -174,32 +162,32 @@
 // With drain live-first, messages accepted during the current connection
 // go before the older backlog, which gets backlog_share of the window.
 //
-// Over MQTT 3.1.1 with a persistent session (clean_session: false) the
-// QoS 1/2 publishes a lost connection left unacknowledged are re-sent
-// first on the next connection, before anything new, oldest record first
-// (QoS 1 and 2 mixed), under their packet ids: a PUBLISH with DUP set, or
-// a QoS 2 flow's PUBREL (direct.go, session311.go,
-// TestReconnectResendsUnackedQoS1); over MQTT 5, session5.go.
+// With a persistent session (clean_session: false) the QoS 1/2
+// publishes a lost connection left unacknowledged are re-sent first on
+// the next connection, before anything new, oldest record first (QoS 1
+// and 2 mixed), under their packet ids: a PUBLISH with DUP set, or a QoS
+// 2 flow's PUBREL (session/link.go resume,
+// TestReconnectResendsUnackedQoS1).
 //
 // QoS 2 is exactly once across reconnects when the upstream session is
-// persistent (clean_session: false): the bridge's paho store outlives each
+// persistent (clean_session: false): the engine's flows outlive each
 // connection, and the flows a lost connection cut are sent again under
-// their packet ids, the PUBLISH before a PUBREC and the PUBREL after one
-// (session311.go). A stop waits briefly for the flows in flight. The packet ids
-// on the wire are derived from the spool records (wireid.go), so after a
-// crash the restarted bridge re-sends unfinished flows under the ids the
-// broker knows, and a new message never collides with an old flow the
-// broker still holds. With a clean
-// session the broker forgets the ids, so a QoS 2 publish whose PUBCOMP was
-// lost with the connection is sent again as a new message and may arrive
-// twice.
+// their packet ids, the PUBLISH before a PUBREC and the PUBREL after one.
+// A stop waits briefly for the flows in flight. The packet id of a QoS 2
+// publish is derived from its spool record (session/engine.go wireID),
+// and its flow is kept in the spool's session log, so after a crash the
+// restarted bridge re-sends unfinished flows under the ids the broker
+// knows, and a new message never collides with an old flow the broker
+// still holds. With a clean session the broker forgets the ids, so a QoS
+// 2 publish whose PUBCOMP was lost with the connection is sent again as a
+// new message and may arrive twice.
 //
 // Inbound (cloud to local) messages are acknowledged upstream only after the
 // gateway accepted them. One the gateway refuses stays unacknowledged; with
 // clean_session: false the cloud broker re-delivers it after the next
 // reconnect.
 //
-// Over MQTT 5 (Config.Protocol "5" or "auto"; uplink5.go) the same holds,
+// Over MQTT 5 (Config.Protocol "5" or "auto"; uplinkengine.go) the same holds,
 // lanes, drain policy and byte budget included (one picker, lanes.go, for
 // both protocols), with the broker's Receive Maximum bounding the QoS 1/2
 // publishes in flight and its reason codes seen: a temporarily refused
@@ -225,15 +213,16 @@
 // A half-open uplink is found within seconds:
 //
 //   - write deadline: every write to the socket, PINGREQ included, has a
-//     deadline of write_timeout for each 4 KiB it makes progress on
-//     (writes are batched, batchwrite.go); a
-//     write that times out closes the uplink (Stats.WriteTimeouts);
+//     deadline of write_timeout for each chunk it makes progress on
+//     (bridge/wire; writes are batched); a write that times out closes
+//     the uplink (Stats.WriteTimeouts);
 //   - ack watchdog: if the oldest unacknowledged publish is older than
 //     ack_timeout and nothing at all was read from upstream since it was
 //     sent, the uplink is torn down (Stats.WatchdogTrips). Its timer runs
-//     only while something is in flight;
-//   - keepalive: no PINGRESP within keepalive + write_timeout (about; paho
-//     checks every keepalive/4, at most 5s) means dead.
+//     only while something is in flight (session/timer.go);
+//   - keepalive: a PINGREQ goes out when nothing was read for half the
+//     keepalive; nothing at all read for 1.5 times the keepalive means
+//     dead (session/timer.go).
 //
 // # Reconnect and failover
 //
@@ -267,37 +256,30 @@
 // # Lock order
 //
 // Locks are taken top down, never bottom up; a lock not listed is a leaf
-// (the picker's, the window's, the budget's, uplinkStore's, the refusal
-// logs', uplink.causeMu).
+// (the picker's, the window's, the budget's, the refusal logs',
+// uplink.causeMu, connSlot.mu).
 //
 //	reloadState.mu        Reload (reload.go)
 //	  Bridge.openMu       the sinks and the spool (bridge.go, reload.go)
 //	    Bridge.stateMu    the state (state.go); gateway.Publish runs under
 //	                      it: no sink takes it (another bridge's sink may
 //	                      receive the state message; lastErr is atomic)
-//	  reloadState.subMu   the live connection's subscriptions; paho is
-//	                      handed SUBSCRIBE under it (connect311.go, reload.go)
+//	  reloadState.subMu   the live connection's subscriptions; the engine
+//	                      is handed SUBSCRIBE under it (uplinkengine.go,
+//	                      reload.go)
 //	    Bridge.stateMu, uplink.causeMu   (teardown)
-//	    connSlot.mu       the connection's socket (conn.go)
-//	      batchWriter.mu
-//	session5.mu           the MQTT 5 session; acks and re-sends are written
-//	                      under it (session5.go)
-//	  lockedConn's mutex  held by paho.golang while it writes a packet
-//	    batchWriter.mu, budget.mu
+//	    the engine's locks (session/), connSlot.mu
 //
 // # Design notes
 //
-//	uplink.go      the owner, the sender and the acker
-//	uplink5.go     the MQTT 5 uplink: Receive Maximum, reason codes
-//	session311.go  exactly once across reconnects (paho's store)
-//	direct.go      QoS 0/1 written without paho, and re-sent by it
-//	session5.go    the MQTT 5 session state (paho.golang's SessionManager)
-//	wireid.go      packet ids on the wire
-//	window.go      how much is in flight upstream
-//	batchwrite.go  batched writes to the uplink
-//	budget.go      the byte budget
-//	sink.go        what a rule adds to a message (expiry)
-//	ledger.go      the delivery ledger
-//	reload.go      what a running bridge can take without a restart
-//	spool/doc.go   the spool: durability, damage, full disk, overflow
+//	uplink.go        the owner, the sender and the acker
+//	uplinkengine.go  the uplink on the session engine
+//	window.go        how much is in flight upstream
+//	budget.go        the byte budget
+//	sink.go          what a rule adds to a message (expiry)
+//	inbound.go       inbound QoS 2, exactly once across restarts
+//	ledger.go        the delivery ledger
+//	reload.go        what a running bridge can take without a restart
+//	session/doc.go   the engine; wire/doc.go its wire
+//	spool/doc.go     the spool: durability, damage, full disk, overflow
 package bridge

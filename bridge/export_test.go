@@ -5,15 +5,11 @@ import (
 	"time"
 )
 
-// SetPahoLogForTest routes paho's lines to log until restore is called
-// (paho's logger is process-wide and set by the first bridge).
-func SetPahoLogForTest(log *slog.Logger) (restore func()) {
-	old := pahoLog.Swap(log.With("component", "paho"))
-	return func() { pahoLog.Store(old) }
-}
-
 // PermanentHint exposes permanentHint to the tests.
 var PermanentHint = permanentHint
+
+// ConnackErr exposes connackErr to the tests.
+var ConnackErr = connackErr
 
 // FailLog exposes the connect failure log's rate limit, with the clock in
 // the test's hands.

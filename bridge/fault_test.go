@@ -103,7 +103,7 @@ func TestBrokerNotBlockedByBlackhole(t *testing.T) {
 	black := measure("black")
 	st := b.Stats()
 	px.unfreeze()
-	// Any detector will do (the watchdog and paho's pinger race here).
+	// Any detector will do (the engine's ack watchdog and keepalive race here).
 	if st.State != bridge.Disconnected || st.Disconnects == 0 {
 		t.Errorf("the blackhole was not detected during its phase: %+v", st)
 	}
@@ -130,8 +130,8 @@ func TestBrokerNotBlockedByBlackhole(t *testing.T) {
 // blackholes (each freeze catches a full window in flight, with PUBREC and
 // PUBCOMP delayed, so flows are cut in every phase), and checks that every
 // one arrives upstream, first copies in order, at QoS 2. With a persistent
-// upstream session it is exactly once: paho re-sends the cut flows with
-// their original packet ids (the PUBREL once a PUBREC came). With a clean
+// upstream session it is exactly once: the engine re-sends the cut flows
+// with their original packet ids (the PUBREL once a PUBREC came). With a clean
 // session the broker forgets the ids, so at most one window per lost
 // connection may arrive twice; the duplicates are reported.
 func TestQoS2AcrossOutage(t *testing.T) {
@@ -300,12 +300,12 @@ func TestQoS2StopDrains(t *testing.T) { testQoS2Restart(t, false) }
 // is frozen, as after a crash or a power cut): the cloud broker keeps the
 // old process's QoS 2 flows in its session, and a new bridge on the same
 // spool must send each unfinished record under the packet id the old one
-// used. With paho's own ids (from 1 for every new client) the new messages
-// collided with the old flows, and the broker dropped them as duplicates.
+// used: ids counted from 1 by each new client would collide with the old
+// flows, and the broker would drop the new messages as duplicates.
 func TestQoS2AfterCrash(t *testing.T) { testQoS2Restart(t, true) }
 
 // testQoS2Restart runs a first batch through (so that the ids in flight at
-// the stop are not the ones a fresh paho client starts with), stops the
+// the stop are not the ones a fresh client starts with), stops the
 // bridge with a full window of slow QoS 2 flows in flight (frozen first if
 // crash), and checks that a new bridge on the same spool delivers every
 // message exactly once.

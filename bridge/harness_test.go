@@ -13,19 +13,12 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"go.uber.org/goleak"
 
-	"github.com/edgegw/edgegw/bridge"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/internal/testutil"
 	"github.com/edgegw/edgegw/listeners"
 )
 
 func TestMain(m *testing.M) {
-	// paho logs through package globals that the first bridge.New sets;
-	// do it before any test client of paho exists.
-	if _, err := bridge.New(bridge.Config{Name: "init", Addresses: []string{"tcp://127.0.0.1:1"}, CleanSession: true,
-		Topics: []bridge.Rule{{Pattern: "#", Direction: bridge.Out}}}, nopGateway{}, testLog()); err != nil {
-		panic(err)
-	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -249,8 +242,3 @@ func countDistinct(msgs []rx, topic string) int {
 	}
 	return len(seen)
 }
-
-// testEngine is the bridge's session engine for the tests:
-// EDGEGW_TEST_BRIDGE_ENGINE ("session" or "paho"; empty: the default),
-// so that the suite runs against either.
-func testEngine() string { return os.Getenv("EDGEGW_TEST_BRIDGE_ENGINE") }

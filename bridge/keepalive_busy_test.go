@@ -15,9 +15,7 @@ import (
 // behind the window's bytes on a slow link and its PINGRESP behind their
 // PUBACKs, longer than the ping timeout (write_timeout) on a link that
 // answers an idle ping at once: the bridge would drop a healthy uplink in
-// the middle of every long drain. Over MQTT 3.1.1 the bridge writes QoS
-// 1 publishes and reads their PUBACKs past paho (direct.go), so paho must
-// still be told the connection is in use.
+// the middle of every long drain.
 func TestBusyUplinkNeedsNoPing(t *testing.T) {
 	const n = 240 // 1 KiB each: about 4 s at 64 KiB/s, four keepalive periods
 	up := startMosquitto(t)

@@ -90,6 +90,17 @@ func newPicker(sp *spool.Spool, drain string, share float64, win *sendWindow, qu
 // send window: its own.
 func sameQoS(qos byte) byte { return qos }
 
+// quotaQoS is the QoS under which a publish takes room in the send
+// window over MQTT 5: the window's QoS 2 count is the broker's receive
+// quota [MQTT-4.9.0-1], which QoS 1 and QoS 2 publishes take alike
+// [MQTT-4.9.0-2].
+func quotaQoS(qos byte) byte {
+	if qos > 0 {
+		return 2
+	}
+	return 0
+}
+
 // autoBacklogBytes is the smallest share of an automatic window's bytes
 // the backlog may hold in flight, whatever backlog_share says. The window
 // is learned from what the link carries (window.go), and it only learns

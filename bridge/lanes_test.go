@@ -79,7 +79,7 @@ func testHighFirst(t *testing.T, proto string, window int) {
 		// fit in it whole, so "at most the window ahead of the alarm"
 		// allowed the whole backlog, and the test passed only while the
 		// bridge took longer to write 2,000 publishes than the alarm took
-		// to be committed (paho's goroutine chain did). With 100-byte
+		// to be committed. With 100-byte
 		// readings (a sensor's) on a link of 128 KiB/s the backlog is
 		// about four initial windows and drains for about 2 s whatever
 		// the bridge's speed, and the window is what the link carries.

@@ -1,103 +1,17 @@
 package bridge
 
+// The uplink's connect failure lines: rate-limited, and with a hint when
+// retrying cannot heal the failure.
+
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
-	"sync/atomic"
 	"time"
-
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
 )
-
-// pahoLogger adapts paho's Logger interface (Println/Printf) to slog,
-// through the logger in pahoLog (discarded until set), at the level
-// levelOf gives each line.
-type pahoLogger struct {
-	level slog.Level // DEBUG for paho's ERROR/WARN/CRITICAL lines, below it for paho's DEBUG
-}
-
-// pahoLog is the logger paho's messages go to: the first bridge's.
-var pahoLog atomic.Pointer[slog.Logger]
-
-func (l pahoLogger) Println(v ...any) {
-	l.log(func() string { return strings.TrimSpace(fmt.Sprintln(v...)) })
-}
-
-func (l pahoLogger) Printf(format string, v ...any) {
-	l.log(func() string { return fmt.Sprintf(format, v...) })
-}
-
-// log formats a line only if it can be logged at its level.
-func (l pahoLogger) log(msg func() string) {
-	lg := pahoLog.Load()
-	ctx := context.Background()
-	if lg == nil || (!lg.Enabled(ctx, l.level) && (l.level < slog.LevelDebug || !lg.Enabled(ctx, slog.LevelWarn))) {
-		return
-	}
-	m := msg()
-	if lvl := l.levelOf(m); lg.Enabled(ctx, lvl) {
-		lg.Log(ctx, lvl, m)
-	}
-}
-
-// paho.mqtt.golang logs only through its package globals (mqtt.ERROR,
-// CRITICAL, WARN, DEBUG), shared by every client in the process. They are
-// the one global this package touches, and it sets them here, before any
-// client can exist (setting them later races with running clients); the
-// logger behind them is swapped atomically by setPahoLogger.
-//
-// paho reports every expected network failure at ERROR or WARN, and the
-// bridge logs each of them itself, once, with its cause (connect failed,
-// disconnected, the reason): paho's lines go to DEBUG, except the few that
-// say something the bridge does not (pahoNews), which stay at WARN.
-// "BUG BUG BUG reconnection function is nil" is paho noting that
-// AutoReconnect is off, which is the bridge's design (it reconnects itself).
-func init() {
-	mqtt.CRITICAL = pahoLogger{slog.LevelDebug}
-	mqtt.ERROR = pahoLogger{slog.LevelDebug}
-	mqtt.WARN = pahoLogger{slog.LevelDebug}
-	mqtt.DEBUG = pahoLogger{slog.LevelDebug - 4}
-}
-
-// pahoNews are fragments of paho's ERROR/WARN/CRITICAL lines that report
-// what the bridge cannot see itself: a malformed or unexpected packet from
-// upstream, an inconsistency in its store, the HTTP status of a refused
-// WebSocket handshake. Such lines are logged at WARN.
-var pahoNews = []string{
-	"Websocket handshake failure",
-	"invalid message type",
-	"Asked to persist an invalid",
-	"received msg that was not CONNACK",
-	"received nil packet",
-	"returned nil",
-	"not found",
-	"already running",
-}
-
-// level returns the level a paho line is logged at.
-func (l pahoLogger) levelOf(msg string) slog.Level {
-	if l.level < slog.LevelDebug {
-		return l.level // paho's own DEBUG: a trace, below debug
-	}
-	for _, n := range pahoNews {
-		if strings.Contains(msg, n) {
-			return slog.LevelWarn
-		}
-	}
-	return slog.LevelDebug
-}
-
-// setPahoLogger routes paho's logging to log, if no bridge did already.
-func setPahoLogger(log *slog.Logger) {
-	pahoLog.CompareAndSwap(nil, log.With("component", "paho"))
-}
 
 // connectFailed counts and logs a failed connection attempt to u: a
 // failure that retrying cannot heal (a certificate the upstream or the
@@ -176,11 +90,11 @@ func permanentHint(err error) string {
 		record    tls.RecordHeaderError
 	)
 	switch {
-	case errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword):
+	case errors.Is(err, errBadCredentials):
 		return "the upstream refuses the user name or password: fix username/password, then systemctl reload edgegw"
-	case errors.Is(err, packets.ErrorRefusedNotAuthorised):
+	case errors.Is(err, errNotAuthorized):
 		return "the upstream does not authorise this client: check its credentials, client_id and the upstream's policy"
-	case errors.Is(err, packets.ErrorRefusedIDRejected):
+	case errors.Is(err, errIDRejected):
 		return "the upstream rejects the client_id: choose another"
 	case errors.As(err, &unknownCA):
 		return "the upstream's certificate is not signed by a CA the bridge trusts: set tls.ca to the CA that issued it"

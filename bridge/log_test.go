@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.mqtt.golang/packets"
-
 	"github.com/edgegw/edgegw/bridge"
+	"github.com/edgegw/edgegw/bridge/session"
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
@@ -72,13 +71,10 @@ func (h *logCounter) dump() string {
 	return strings.Join(lines, "\n")
 }
 
-func isPaho(r logRec) bool { return r.attrs["component"] == "paho" }
-
-// runLoggedBridge runs a bridge whose lines, and paho's, go to h.
+// runLoggedBridge runs a bridge whose lines go to h.
 func runLoggedBridge(t *testing.T, cfg bridge.Config, gw bridge.Gateway, h *logCounter) *running {
 	t.Helper()
 	log := slog.New(h)
-	t.Cleanup(bridge.SetPahoLogForTest(log))
 	b, err := bridge.New(cfg, gw, log)
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +89,7 @@ func runLoggedBridge(t *testing.T, cfg bridge.Config, gw bridge.Gateway, h *logC
 // unknown CA, a CONNECT refused as not authorised) is one ERROR line with
 // a hint however often it repeats; an outage is one WARN (disconnected)
 // and one INFO (connect failed) line however many attempts fail, and one
-// INFO line when it heals; paho's own lines are all below INFO. Every
-// attempt is counted in ConnectFailures.
+// INFO line when it heals. Every attempt is counted in ConnectFailures.
 func TestConnectFailureLogs(t *testing.T) {
 	dir := tlsDir(t)
 	ca := newTestCA(t, dir, "cloud-ca")
@@ -125,9 +120,6 @@ func TestConnectFailureLogs(t *testing.T) {
 			if n != 1 {
 				t.Errorf("%d ERROR lines with a hint naming %q for %d attempts, want 1:\n%s", n, tc.hint, b.Stats().ConnectFailures, strings.Join(lines, "\n"))
 			}
-			if n, lines := h.count(slog.LevelInfo, isPaho); n != 0 {
-				t.Errorf("paho lines at INFO or above:\n%s", strings.Join(lines, "\n"))
-			}
 			if t.Failed() {
 				t.Logf("log:\n%s", h.dump())
 			}
@@ -154,17 +146,13 @@ func TestConnectFailureLogs(t *testing.T) {
 			return m
 		}
 		got := atLeast(slog.LevelInfo)
-		t.Logf("outage with %d failed attempts: lines at INFO and above: %v; paho lines at DEBUG: %d",
-			b.Stats().ConnectFailures, got, func() int { n, _ := h.count(slog.LevelDebug, isPaho); return n }())
+		t.Logf("outage with %d failed attempts: lines at INFO and above: %v", b.Stats().ConnectFailures, got)
 		want := map[string]int{"uplink connected": 2, "uplink disconnected": 1, "uplink connect failed": 1,
 			"uplink connect succeeded after failing": 1}
 		for msg, n := range want {
 			if got[msg] != n {
 				t.Errorf("%q: %d lines, want %d", msg, got[msg], n)
 			}
-		}
-		if n, lines := h.count(slog.LevelInfo, isPaho); n != 0 {
-			t.Errorf("paho lines at INFO or above:\n%s", strings.Join(lines, "\n"))
 		}
 		if n, _ := h.count(slog.LevelWarn, func(r logRec) bool { return r.msg == "uplink disconnected" }); n != 1 {
 			t.Errorf("uplink disconnected: %d WARN lines, want 1", n)
@@ -191,13 +179,17 @@ func tlsDir(t *testing.T) string {
 	return dir
 }
 
-// TestPermanentHint: the errors retrying cannot heal get a hint, as paho
-// wraps them; network errors do not. (A client certificate refused by the
-// upstream arrives as a TLS alert, or, racing it, as a reset: only the
-// alert can be classified.)
+// TestPermanentHint: the errors retrying cannot heal get a hint, as the
+// uplink wraps them (a CONNACK's refusal as connackErr names it, over
+// either version); network errors do not. (A client certificate refused
+// by the upstream arrives as a TLS alert, or, racing it, as a reset:
+// only the alert can be classified.)
 func TestPermanentHint(t *testing.T) {
-	wrap := func(err error) error { // paho's shape: "network Error : dial ...: <err>"
-		return fmt.Errorf("connect tls://h: %w", fmt.Errorf("%w : %w", packets.ErrorNetworkError, fmt.Errorf("dial: %w", err)))
+	wrap := func(err error) error { // dialTransport's shape
+		return fmt.Errorf("connect tls://h: %w", fmt.Errorf("dial tls://h: %w", err))
+	}
+	connack := func(code byte, v5 bool) error {
+		return fmt.Errorf("connect tcp://h: %w", bridge.ConnackErr(&session.ConnackError{Code: code}, v5))
 	}
 	for _, tc := range []struct {
 		err  error
@@ -205,14 +197,20 @@ func TestPermanentHint(t *testing.T) {
 	}{
 		{wrap(&net.OpError{Op: "remote error", Err: tls.AlertError(116)}), "client certificate"},
 		{wrap(&net.OpError{Op: "remote error", Err: tls.AlertError(48)}), "client certificate"},
-		{fmt.Errorf("connect: %w", packets.ErrorRefusedBadUsernameOrPassword), "username/password"},
-		{fmt.Errorf("connect: %w", packets.ErrorRefusedIDRejected), "client_id"},
+		{connack(4, false), "username/password"},
+		{connack(0x86, true), "username/password"},
+		{connack(5, false), "does not authorise"},
+		{connack(0x87, true), "does not authorise"},
+		{connack(2, false), "client_id"},
+		{connack(0x85, true), "client_id"},
 		{wrap(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "h"}), "tls.server_name"},
 		{wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "does not speak TLS"},
 		{wrap(context.DeadlineExceeded), ""},
 		{wrap(syscall.ECONNREFUSED), ""},
 		{wrap(syscall.ECONNRESET), ""},
-		{fmt.Errorf("connect: %w", packets.ErrorRefusedServerUnavailable), ""},
+		{connack(3, false), ""},    // server unavailable: it may come back
+		{connack(0x88, true), ""},  // server unavailable
+		{connack(0x87, false), ""}, // not a 3.1.1 code
 	} {
 		if got := bridge.PermanentHint(tc.err); !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
 			t.Errorf("%v: hint %q, want %q", tc.err, got, tc.want)
@@ -247,7 +245,7 @@ func TestFailLogRateLimit(t *testing.T) {
 	if n := lines(slog.LevelWarn, "uplink connect still failing"); n != 1 {
 		t.Fatalf("after 5 min: %d summaries, want 1:\n%s", n, h.dump())
 	}
-	fl.Failed(log, "tcp://cloud:1883", fmt.Errorf("connect: %w", packets.ErrorRefusedNotAuthorised), now)
+	fl.Failed(log, "tcp://cloud:1883", fmt.Errorf("connect: %w", bridge.ConnackErr(&session.ConnackError{Code: 5}, false)), now)
 	if n := lines(slog.LevelError, "uplink connect failed"); n != 1 {
 		t.Fatalf("a new, permanent failure: %d ERROR lines, want 1:\n%s", n, h.dump())
 	}

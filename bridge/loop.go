@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/url"
 	"time"
 )
 
@@ -61,7 +60,7 @@ func (b *Bridge) loop(ctx context.Context) {
 		b.applyPending()
 		for _, u := range b.c.Load().addrs {
 			trips, writeTimeouts := b.trips.Load(), b.writeTimeouts.Load()
-			serve, err := b.connectUplink(ctx, u) // uplink5.go: by protocol
+			serve, err := b.connectUplink(ctx, u) // uplinkengine.go
 			if ctx.Err() != nil {
 				return
 			}
@@ -100,32 +99,4 @@ func (b *Bridge) loop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// connectUplink connects u with the protocol in force and returns the
-// function that serves the connection until it is lost or ctx ends.
-// Called by the owner goroutine only (it may change b.proto).
-func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context) error, error) {
-	if b.cfg.Engine == EngineSession {
-		return b.connectUplinkEngine(ctx, u) // uplinkengine.go
-	}
-	if b.proto == Protocol311 {
-		s, err := b.connect(ctx, u)
-		if err != nil {
-			return nil, err
-		}
-		b.uplinkProto.Store(Protocol311)
-		return func(ctx context.Context) error { return b.serve(ctx, s) }, nil
-	}
-	s, err := b.connect5(ctx, u)
-	if errors.Is(err, errV5Refused) && b.proto == ProtocolAuto {
-		b.log.Info("upstream refuses MQTT 5; using MQTT 3.1.1 until the bridge restarts", "address", u.Redacted())
-		b.proto = Protocol311
-		return b.connectUplink(ctx, u)
-	}
-	if err != nil {
-		return nil, err
-	}
-	b.uplinkProto.Store(Protocol5)
-	return func(ctx context.Context) error { return b.serve5(ctx, s) }, nil
 }

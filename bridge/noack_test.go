@@ -13,9 +13,8 @@ import (
 
 // TestNoAckWithoutWireAck is the proof issue 12 asks for: a spool record
 // leaves the spool only on a PUBACK or PUBCOMP read from the wire, never
-// because a paho token completed (paho 1.5.1 completes tokens with no
-// error when resume() re-claims a stored message's id, and with an error
-// when a connection is lost). The upstream withholds the acks of some
+// because its flow was re-sent on a resumed session or its connection
+// was lost. The upstream withholds the acks of some
 // messages across three connections, each one resumed (the bridge
 // re-sends them: DUP PUBLISH, or PUBREL): those records must stay in the
 // spool, and go only once the upstream finally answers.

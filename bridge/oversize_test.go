@@ -270,9 +270,7 @@ func (h *timedLog) dump() string {
 	defer h.mu.Unlock()
 	var b strings.Builder
 	for _, r := range *h.recs {
-		if r.attrs["component"] != "paho" {
-			fmt.Fprintf(&b, "%s %s %s %v\n", r.at.Format("15:04:05.000"), r.level, r.msg, r.attrs)
-		}
+		fmt.Fprintf(&b, "%s %s %s %v\n", r.at.Format("15:04:05.000"), r.level, r.msg, r.attrs)
 	}
 	return b.String()
 }

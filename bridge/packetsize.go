@@ -22,7 +22,7 @@ func packetSize(rl int) int {
 
 // publishSize311 is the size of m's MQTT 3.1.1 PUBLISH: the topic with its
 // 2-byte length, a packet id for QoS 1 and 2, and the payload (3.3.2,
-// 3.3.3 in 3.1.1), as appendPublish311 and paho encode it.
+// 3.3.3 in 3.1.1), as the engine's wire encodes it (wire.Codec311).
 func publishSize311(m spool.Message) int {
 	rl := 2 + len(m.Topic) + len(m.Payload)
 	if m.QoS > 0 {
@@ -33,7 +33,7 @@ func publishSize311(m spool.Message) int {
 
 // publishSize5 is the size of m's MQTT 5 PUBLISH as the bridge sends it:
 // as over 3.1.1, plus the properties' length, one byte, for the bridge
-// sends none (uplink5 publish; MQTT 5 3.3.2.3).
+// sends none (enginePublish; MQTT 5 3.3.2.3).
 func publishSize5(m spool.Message) int {
 	rl := 2 + len(m.Topic) + 1 + len(m.Payload)
 	if m.QoS > 0 {

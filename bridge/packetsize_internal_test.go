@@ -5,19 +5,17 @@ import (
 	"strings"
 	"testing"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang/packets"
-
 	"github.com/edgegw/edgegw/bridge/spool"
+	"github.com/edgegw/edgegw/bridge/wire"
 )
 
 // TestPublishSizeIsTheWire: the sizes the sender compares with the
-// broker's packet size limit are the bytes the encoders write, at every
-// QoS and across the remaining length's 1/2/3-byte boundaries: the
-// bridge's own 3.1.1 encoder (QoS 0 and 1), paho's (QoS 2), paho.golang's
-// for MQTT 5 (a PUBLISH as uplink5 publish builds it). publishSize, the
-// send window's estimate, is 3 bytes over for a short 3.1.1 publish (2
-// over MQTT 5): compared with the limit (as uplink5 refuse did), a message
-// that fits would be dropped.
+// broker's packet size limit are the bytes the engine's wire writes
+// (wire.Codec311, wire.Codec5, a PUBLISH as enginePublish builds it), at
+// every QoS and across the remaining length's 1/2/3-byte boundaries.
+// publishSize, the send window's estimate, is 3 bytes over for a short
+// 3.1.1 publish (2 over MQTT 5): compared with the limit, a message that
+// fits would be dropped.
 func TestPublishSizeIsTheWire(t *testing.T) {
 	var payloads []int
 	for _, edge := range []int{0, 127, 16383, 2097151} {
@@ -27,37 +25,26 @@ func TestPublishSizeIsTheWire(t *testing.T) {
 			}
 		}
 	}
+	onWire := func(c wire.Codec, m spool.Message) int {
+		p := enginePublish(m)
+		if m.QoS > 0 {
+			p.PacketID = 1
+		}
+		b, err := c.Append(nil, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b)
+	}
 	for _, topic := range []string{"t", "site-a/sensors/t1"} {
 		for _, n := range payloads {
 			for qos := byte(0); qos <= 2; qos++ {
-				m := spool.Message{Topic: topic, Payload: bytes.Repeat([]byte{'x'}, n), QoS: qos}
-				var wire311 int
-				if qos < 2 {
-					wire311 = len(appendPublish311(nil, m, 1))
-				} else {
-					p := mqtt.NewControlPacket(mqtt.Publish).(*mqtt.PublishPacket)
-					p.Qos, p.TopicName, p.Payload, p.MessageID = 2, topic, m.Payload, 1
-					var b bytes.Buffer
-					if err := p.Write(&b); err != nil {
-						t.Fatal(err)
-					}
-					wire311 = b.Len()
+				m := spool.Message{Topic: topic, Payload: bytes.Repeat([]byte{'x'}, n), QoS: qos, Retain: n%2 == 1}
+				if got, w := publishSize311(m), onWire(wire.Codec311{}, m); got != w {
+					t.Fatalf("3.1.1 QoS %d, topic %d, payload %d: publishSize311 %d, on the wire %d", qos, len(topic), n, got, w)
 				}
-				if got := publishSize311(m); got != wire311 {
-					t.Fatalf("3.1.1 QoS %d, topic %d, payload %d: publishSize311 %d, on the wire %d", qos, len(topic), n, got, wire311)
-				}
-				m.Retain = n%2 == 1
-				pp := publish5(m) // as uplink5 publish sends it
-				if qos > 0 {
-					pp.PacketID = 1
-				}
-				p5 := pp.Packet()
-				var b bytes.Buffer
-				if _, err := p5.WriteTo(&b); err != nil {
-					t.Fatal(err)
-				}
-				if got := publishSize5(m); got != b.Len() {
-					t.Fatalf("5 QoS %d, topic %d, payload %d: publishSize5 %d, on the wire %d", qos, len(topic), n, got, b.Len())
+				if got, w := publishSize5(m), onWire(wire.Codec5{}, m); got != w {
+					t.Fatalf("5 QoS %d, topic %d, payload %d: publishSize5 %d, on the wire %d", qos, len(topic), n, got, w)
 				}
 			}
 		}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgegw/edgegw/bridge/spool"
 )
 
 // The values of Config.Protocol.
@@ -130,6 +132,17 @@ func (r *refusalCounts) droppedByReason() (map[byte]uint64, uint64) {
 		}
 	}
 	return m, total
+}
+
+// dropRefused removes a record that would be refused for good before it
+// is sent (the sender's check against the broker's limits): it is
+// counted by reason, never as delivered (Stats.Acked).
+func (b *Bridge) dropRefused(rec spool.ID, rc byte) {
+	if err := b.spool.Load().Drop(rec, spool.DropRefused); err != nil { // in the ledger as refused, not delivered
+		b.log.Error("spool drop", "id", uint64(rec), "err", err)
+	}
+	b.upRefused.dropped[rc].Add(1)
+	b.upRefusedLog.note(b.log, rc)
 }
 
 // refusalLog5 writes one log line per burst of upstream refusals of one

@@ -32,8 +32,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
 // Reloaded says what a Reload changed.
@@ -63,11 +61,9 @@ type reloadState struct {
 	wake chan struct{}
 
 	subMu sync.Mutex
-	live  *uplink311 // the connection that last subscribed (it may have ended since)
-	// liveEng is live on the session engine (uplinkengine.go).
-	liveEng *uplinkEngine
-	have    map[string]byte // its upstream subscriptions
-	stale   map[string]bool // removed filters still subscribed in a persistent upstream session
+	live  *uplink         // the connection that last subscribed (it may have ended since)
+	have  map[string]byte // its upstream subscriptions
+	stale map[string]bool // removed filters still subscribed in a persistent upstream session
 }
 
 // errReload ends a connection made with settings a Reload replaced.
@@ -114,7 +110,6 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		{"rate_limit", cfg.RateLimit != b.cfg.RateLimit},
 		{"budget", cfg.BudgetBytes != b.cfg.BudgetBytes || cfg.BudgetPeriod != b.cfg.BudgetPeriod},
 		{"protocol", cfg.Protocol != b.cfg.Protocol},
-		{"engine", cfg.Engine != b.cfg.Engine},
 		{"max_packet_size", cfg.MaxPacketSize != b.cfg.MaxPacketSize},
 	}
 	for _, k := range restart {
@@ -169,9 +164,6 @@ func (b *Bridge) Reload(cfg Config) (Reloaded, error) {
 		}
 		rl.subMu.Lock()
 		if s := rl.live; s != nil {
-			s.teardown(errReload)
-		}
-		if s := rl.liveEng; s != nil {
 			s.teardown(errReload)
 		}
 		rl.subMu.Unlock()
@@ -290,42 +282,12 @@ func (b *Bridge) syncSubs() string {
 	if len(add) == 0 && len(del) == 0 {
 		return ""
 	}
-	if s := rl.liveEng; s != nil && s.link.Err() == nil {
-		rl.have = want
-		return b.syncSubsEngine(s, add, del)
-	}
-	s := rl.live
-	if s == nil || !s.client.IsConnectionOpen() {
-		b.markStale(del)
-		rl.have = want
-		return "not connected: subscribed at the next connection"
-	}
-	var toks []mqtt.Token
-	if len(add) > 0 {
-		toks = append(toks, s.client.SubscribeMultiple(add, nil))
-	}
-	if len(del) > 0 {
-		toks = append(toks, s.client.Unsubscribe(del...))
-	}
 	rl.have = want
-	var errs []error
-	deadline := time.NewTimer(reloadSubWait)
-	defer deadline.Stop()
-	for _, t := range toks {
-		select {
-		case <-t.Done():
-			errs = append(errs, t.Error(), subackError(t))
-		case <-deadline.C:
-			return fmt.Sprintf("sent %d SUBSCRIBE, %d UNSUBSCRIBE; no answer within %s yet", len(add), len(del), reloadSubWait)
-		}
+	if s := rl.live; s != nil && s.link.Err() == nil {
+		return b.syncSubsLive(s, add, del) // uplinkengine.go
 	}
-	if err := errors.Join(errs...); err != nil {
-		// The connection is broken or the upstream refused a filter:
-		// the next connection subscribes the rules in force.
-		b.markStale(del)
-		return fmt.Sprintf("failed (%v); retried at the next connection", err)
-	}
-	return fmt.Sprintf("subscribed %d, unsubscribed %d on the live connection", len(add), len(del))
+	b.markStale(del)
+	return "not connected: subscribed at the next connection"
 }
 
 // markStale remembers filters a persistent upstream session may still
@@ -341,19 +303,4 @@ func (b *Bridge) markStale(filters []string) {
 	for _, f := range filters {
 		b.rl.stale[f] = true
 	}
-}
-
-// subackError returns the filters a SUBACK refused (return code 0x80).
-func subackError(t mqtt.Token) error {
-	st, ok := t.(*mqtt.SubscribeToken)
-	if !ok {
-		return nil
-	}
-	var err error
-	for f, rc := range st.Result() {
-		if rc > 2 {
-			err = errors.Join(err, fmt.Errorf("%q refused (0x%02x)", f, rc))
-		}
-	}
-	return err
 }

@@ -66,7 +66,7 @@ type Stats struct {
 	BudgetEnd   time.Time     // and its end: normal and bulk wait for it once BudgetUsed reaches BudgetLimit
 	RateLimit   int64         // bytes per second (0: none)
 	RateWaited  time.Duration // how long the sender waited for the rate limit, in all
-	// MQTT 5 uplinks (protocol.go, uplink5.go).
+	// MQTT 5 uplinks (protocol.go, uplinkengine.go).
 	Protocol          string          // of the current (or last) connection: "3.1.1" or "5"
 	UpstreamDropped   uint64          // messages the upstream refused for good (PUBACK/PUBREC reason code): dropped, never Acked
 	UpstreamDroppedBy map[byte]uint64 // the same by reason code (0x87 not authorized, 0x90 topic name invalid, ...)
@@ -103,7 +103,7 @@ func (b *Bridge) Stats() Stats {
 		st.InFlightBytes, st.Window, st.MinRTT = int64(bytes), int64(cwnd), rtt
 	}
 	st.Sent = b.sent.Load()
-	st.Resumed = b.store.resumed.Load() + b.sess5.resumed.Load() + b.engResumed.Load()
+	st.Resumed = b.engResumed.Load()
 	st.Acked = b.acked.Load()
 	st.Received = b.received.Load()
 	st.InboundFailed = b.inboundFailed.Load()

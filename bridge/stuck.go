@@ -6,7 +6,7 @@ package bridge
 // PUBLISH arrives, since 3.1.1 cannot refuse one message. The bridge
 // reconnects and sends the same message first again (it is the oldest
 // unacknowledged one), and every message behind it waits in the spool.
-// max_packet_size (uplink311 refuse) drops such a message before it is
+// max_packet_size (uplinkengine.go refuse) drops such a message before it is
 // sent; without it the bridge cannot tell that message from one cut by a
 // flaky link several times in a row, and an acknowledged message is never
 // dropped on a guess. So it only says so: when stuckAfter connections in a
@@ -114,8 +114,8 @@ func (b *Bridge) noteEnd(ctx context.Context, s *uplink, pending *flowQueue, why
 }
 
 // setupLost is a connection attempt that got its CONNACK and was lost
-// before it was up (subscribing the in rules, completing the PUBRELs the
-// session re-sent): connect and connect5 return it, and the loop counts
+// before it was up (subscribing the in rules): connectEngine returns it,
+// with the engine's oldest flow, and the loop counts
 // it as a connection that ended (noteSetupLost).
 type setupLost struct {
 	err    error
@@ -126,19 +126,9 @@ type setupLost struct {
 func (e *setupLost) Error() string { return e.err.Error() }
 func (e *setupLost) Unwrap() error { return e.err }
 
-// lostInSetup wraps err, the failure of an attempt after its CONNACK,
-// with the oldest flow the session (3.1.1 or, v5, MQTT 5) re-sent on it.
-func (b *Bridge) lostInSetup(err error, v5 bool) error {
-	e := &setupLost{err: err}
-	if v5 {
-		if fs := b.sess5.pending(); len(fs) > 0 {
-			e.oldest, e.held = fs[0].rec, true
-		}
-	} else if es := b.store.pending(); len(es) > 0 {
-		e.oldest, e.held = es[0].rec, true
-	}
-	return e
-}
+// errNoAnswer is why the bridge gave up waiting for an answer upstream
+// (the connection was not lost: not the peer's doing).
+var errNoAnswer = errors.New("no answer")
 
 // noteSetupLost is the loop's word on a failed connection attempt (err):
 // one lost after its CONNACK counts as a connection that ended, by the
@@ -154,8 +144,7 @@ func (b *Bridge) noteSetupLost(ctx context.Context, err error, writeTimeouts uin
 	}
 	e := connEnd{
 		byPeer: ctx.Err() == nil && !errors.Is(err, errReload) && !errors.Is(err, errNoAnswer) &&
-			// paho.golang's Subscribe gives up after PacketTimeout with
-			// its context's error: over MQTT 5 that is errNoAnswer.
+			// A wait bounded by its context gave up: no answer either.
 			!errors.Is(err, context.DeadlineExceeded) &&
 			b.writeTimeouts.Load() == writeTimeouts,
 		oldest: inflight{id: sl.oldest}, held: sl.held,

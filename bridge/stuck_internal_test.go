@@ -121,8 +121,7 @@ func TestNoteEndCountsOnlyThePeer(t *testing.T) {
 		if b.noteSetupLost(live, noAnswer, b.writeTimeouts.Load()); b.stuck.n != 0 {
 			t.Fatalf("streak %d after the bridge gave up waiting for a SUBACK, want 0", b.stuck.n)
 		}
-		// Over MQTT 5 paho.golang's Subscribe returns its PacketTimeout
-		// context's error (paho/client.go Subscribe: subCtx.Err()).
+		// A request whose context's deadline passed gave up waiting too.
 		served(live, lost, nil)
 		served(live, lost, nil)
 		noAnswer5 := &setupLost{err: fmt.Errorf("subscribe: %w", context.DeadlineExceeded), oldest: 7, held: true}

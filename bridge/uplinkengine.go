@@ -1,22 +1,18 @@
 package bridge
 
 // Design note: the uplink on the bridge's own session engine
-// (Config.Engine "session", the default; bridge/session). The engine
-// owns what paho and paho.golang own on the other path: packet ids, the
-// flows of both directions and their resume after a reconnect,
-// keepalive, the ack watchdog and the wire (bridge/wire: write_timeout
-// on every chunk, acks and PINGREQ before queued publishes); its durable
+// (bridge/session). The engine owns packet ids, the flows of both
+// directions and their resume after a reconnect, keepalive, the ack
+// watchdog and the wire (bridge/wire: write_timeout on every chunk, acks
+// and PINGREQ before queued publishes); "acknowledged upstream" is
+// decided in one place, session.Engine.acknowledgedUpstream. Its durable
 // state is the spool's session log (spool/session.go), and inbound QoS 2
-// ids are the gateway's (inbound.go). The send policy stays the bridge's
-// and is the same for every engine: the picker (lanes, drain policy,
-// budget), the send window (which also keeps QoS 1 out of a 3.1.1
-// broker's quota while QoS 2 flows hold it), the refusals' backoff and
-// the stuck-record hint. So the seam is unchanged: uplinkEngine is a
-// third implementation of protocol (send.go), whose claim has nothing to
-// do (the engine picks the packet id as it publishes), whose publish
-// hands the record to Link.Publish and whose finish reads the flow's
-// Result. The acker keeps the send order and frees the window; the
-// engine's, not the acker's, is the ack watchdog.
+// ids are the gateway's (inbound.go). The send policy is the bridge's:
+// the picker (lanes, drain policy, budget), the send window (which also
+// keeps QoS 1 out of a 3.1.1 broker's quota while QoS 2 flows hold it),
+// the refusals' backoff and the stuck-record hint. The sender hands a
+// record to Link.Publish (publish); the acker keeps the send order,
+// frees the window and reads the flow's Result (finish).
 //
 // One engine lives as long as the bridge's session with its broker: it
 // is made at the first connection (the spool is open by then) and again
@@ -28,18 +24,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"slices"
-	"sync/atomic"
+	"strings"
 	"time"
-
-	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edgegw/edgegw/bridge/session"
 	"github.com/edgegw/edgegw/bridge/spool"
 	"github.com/edgegw/edgegw/bridge/wire"
-	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
 )
 
@@ -126,7 +118,7 @@ func (b *Bridge) engineFor(v5 bool, u *url.URL) (*session.Engine, error) {
 		// The send window (window.go) bounds what is in flight; the
 		// engine adds the peer's Receive Maximum and the packet ids.
 		Load: b.loadRecord, Permanent: permanentRefusal,
-		Inbound: b.inboundEngine, Release: b.releaseEngine,
+		Inbound: b.inbound, Release: b.release,
 		Logger: b.log,
 	}, engineStore{Session: es.log, b: b})
 	if err != nil {
@@ -165,99 +157,24 @@ func enginePublish(m spool.Message) *packet.Publish {
 	return &packet.Publish{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain}
 }
 
-// inboundEngine routes a message from upstream (the engine's reader, in
-// order): a QoS 1/2 one through the gateway, which keeps a QoS 2 id with
-// the routing (publishIn); an error leaves it unacknowledged.
-func (b *Bridge) inboundEngine(p *packet.Publish) (bool, error) {
-	local, ok := b.c.Load().inTopic(p.Topic)
-	if !ok {
-		b.log.Warn("inbound message matches no in rule; dropped", "topic", p.Topic)
-		return false, nil
-	}
-	dup, err := b.publishIn(p.PacketID, &gateway.Message{
-		Topic: local, Payload: p.Payload, QoS: p.QoS, Retain: p.Retain, Origin: b.origin,
-	})
-	if err != nil {
-		b.inboundFailed.Add(1)
-		b.log.Warn("inbound message refused locally; not acked upstream", "topic", local, "err", err)
-		return false, err
-	}
-	if !dup {
-		b.received.Add(1)
-	}
-	return dup, nil
-}
+// errV5Refused is why a connection failed when the broker does not speak
+// MQTT 5 (protocol auto then falls back to 3.1.1).
+var errV5Refused = errors.New("upstream refuses MQTT 5")
 
-// releaseEngine forgets inbound QoS 2 id (0: every id) in the gateway,
-// durably, before the engine's PUBCOMP.
-func (b *Bridge) releaseEngine(id uint16) error {
-	if eo, ok := b.gw.(exactlyOnce); ok {
-		return eo.Release(b.origin, id)
-	}
-	return nil
-}
+// retryMin is the first backoff after a temporary refusal (at most
+// reconnect_min).
+const retryMin = 100 * time.Millisecond
 
-// meteredConn is the engine's transport: reads are time-stamped for
-// Stats and the stuck check, writes debit the byte budget. The wire
-// queues a publish and writes it later, in a batch: the picker, which
-// waits for the rate limit's bucket before each record, would hand out a
-// whole batch on credit. So a publish is debited as it is queued
-// (queued), and a write debits only what was not debited before.
-type meteredConn struct {
-	net.Conn
-	lastRead *atomic.Int64
-	budget   *budget
-	early    atomic.Int64 // bytes debited when queued, not yet written
-}
-
-// queued debits a publish of n bytes queued for the wire.
-func (c *meteredConn) queued(n int) {
-	c.budget.wrote(n)
-	c.early.Add(int64(n))
-}
-
-func (c *meteredConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.lastRead.Store(time.Now().UnixNano())
-	}
-	return n, err
-}
-
-func (c *meteredConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	debit := int64(n)
-	for {
-		e := c.early.Load()
-		take := min(e, debit)
-		if c.early.CompareAndSwap(e, e-take) {
-			debit -= take
-			break
-		}
-	}
-	c.budget.wrote(int(debit))
-	return n, err
-}
-
-// uplinkEngine is one upstream connection of the session engine.
-type uplinkEngine struct {
-	*uplink
-	e       *session.Engine
-	link    *session.Link
-	mc      *meteredConn
-	v5      bool
-	watched chan struct{} // closed when watch has ended
-	bo      backoff       // after a temporary refusal (MQTT 5); the acker's only
-}
-
-// connectUplinkEngine is connectUplink on the session engine.
-func (b *Bridge) connectUplinkEngine(ctx context.Context, u *url.URL) (func(context.Context) error, error) {
+// connectUplink connects u with the protocol in force and returns the
+// function that serves the connection until it is lost or ctx ends.
+// Called by the owner goroutine only (it may change b.proto).
+func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Context) error, error) {
 	v5 := b.proto != Protocol311
 	s, err := b.connectEngine(ctx, u, v5)
 	if v5 && errors.Is(err, errV5Refused) && b.proto == ProtocolAuto {
 		b.log.Info("upstream refuses MQTT 5; using MQTT 3.1.1 until the bridge restarts", "address", u.Redacted())
 		b.proto = Protocol311
-		return b.connectUplinkEngine(ctx, u)
+		return b.connectUplink(ctx, u)
 	}
 	if err != nil {
 		return nil, err
@@ -267,24 +184,24 @@ func (b *Bridge) connectUplinkEngine(ctx context.Context, u *url.URL) (func(cont
 	} else {
 		b.uplinkProto.Store(Protocol311)
 	}
-	return func(ctx context.Context) error { return b.serveEngine(ctx, s) }, nil
+	return func(ctx context.Context) error { return b.serveUplink(ctx, s) }, nil
 }
 
 // connectEngine dials u and brings a connection of the engine up,
 // subscriptions included.
-func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplinkEngine, error) {
+func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplink, error) {
 	e, err := b.engineFor(v5, u)
 	if err != nil {
 		return nil, fmt.Errorf("session engine: %w", err)
 	}
-	s := &uplinkEngine{uplink: &uplink{b: b, addr: u, lost: make(chan error, 1), engineWatchdog: true}, e: e, v5: v5}
+	s := &uplink{b: b, addr: u, lost: make(chan error, 1), e: e, v5: v5}
 	s.bo = backoff{min: min(retryMin, b.cfg.ReconnectMin), max: b.cfg.ReconnectMax}
 	nc, err := b.dialTransport(ctx, u)
 	if err != nil {
 		return nil, err
 	}
-	mc := &meteredConn{Conn: nc, lastRead: &b.lastRead, budget: b.budget}
-	if !s.slot.setOther(mc) {
+	mc := newMeteredConn(nc, &b.lastRead, b.budget)
+	if !s.slot.set(mc) {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
 	}
 	l, err := e.Connect(ctx, mc)
@@ -311,10 +228,10 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 	}
 	s.link, s.mc = l, mc
 	if v5 {
-		b.learned(s.uplink, Upstream{Protocol: Protocol5, MaxQoS: b.maxQoS(l.MaxQoS), RetainAvailable: l.Retain,
+		b.learned(s, Upstream{Protocol: Protocol5, MaxQoS: b.maxQoS(l.MaxQoS), RetainAvailable: l.Retain,
 			ReceiveMaximum: l.ReceiveMaximum, MaxPacketSize: l.MaxPacketSize}) // upstream.go
 	} else {
-		b.learned(s.uplink, Upstream{Protocol: Protocol311, BridgeFlag: b.flagLevel(u.String()) == 0x84,
+		b.learned(s, Upstream{Protocol: Protocol311, BridgeFlag: b.flagLevel(u.String()) == 0x84,
 			BridgeFlagRefused: b.flagRefused[u.String()], MaxQoS: b.maxQoS(2), RetainAvailable: true})
 	}
 	s.watched = make(chan struct{})
@@ -324,7 +241,7 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 			"address", u.Redacted(), "flows", n)
 	}
 	b.engResumed.Add(uint64(len(l.Resumed())))
-	if err := b.subscribeEngine(ctx, s); err != nil {
+	if err := b.subscribeAll(ctx, s); err != nil {
 		s.close()
 		sl := &setupLost{err: err}
 		if fs := e.Pending(); len(fs) > 0 {
@@ -335,8 +252,16 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 	return s, nil
 }
 
-// connackErr gives a CONNACK refusal the error paho gives it, so that
-// the connect failure's hint (log.go permanentHint) is the same.
+// The CONNACK refusals the connect failure's hint names (log.go
+// permanentHint).
+var (
+	errBadCredentials = errors.New("bad user name or password")
+	errNotAuthorized  = errors.New("not authorized")
+	errIDRejected     = errors.New("identifier rejected")
+)
+
+// connackErr names a CONNACK refusal the connect failure's hint knows
+// (log.go permanentHint).
 func connackErr(err error, v5 bool) error {
 	var ce *session.ConnackError
 	if !errors.As(err, &ce) {
@@ -345,11 +270,11 @@ func connackErr(err error, v5 bool) error {
 	var known error
 	switch {
 	case ce.Code == 4 && !v5, ce.Code == 0x86 && v5:
-		known = packets.ErrorRefusedBadUsernameOrPassword
+		known = errBadCredentials
 	case ce.Code == 5 && !v5, ce.Code == 0x87 && v5:
-		known = packets.ErrorRefusedNotAuthorised
+		known = errNotAuthorized
 	case ce.Code == 2 && !v5, ce.Code == 0x85 && v5:
-		known = packets.ErrorRefusedIDRejected
+		known = errIDRejected
 	default:
 		return err
 	}
@@ -359,7 +284,7 @@ func connackErr(err error, v5 bool) error {
 // watch reports the end of the link to the owner (lost), counting the
 // ends the bridge's own checks caused: the engine's ack watchdog and a
 // write timeout.
-func (s *uplinkEngine) watch() {
+func (s *uplink) watch() {
 	defer close(s.watched)
 	<-s.link.Done()
 	err := engineEnd(s.link.Err())
@@ -381,7 +306,7 @@ func (s *uplinkEngine) watch() {
 
 // engineEnd is a link's end reason as the bridge's: the peer's
 // DISCONNECT (MQTT 5) as serverDisconnect, whose reason code names a
-// client id collision at once (collision.go), as on the paho path.
+// client id collision at once (collision.go).
 func engineEnd(err error) error {
 	if de, ok := errors.AsType[*session.DisconnectError](err); ok {
 		return &serverDisconnect{rc: de.Code}
@@ -390,31 +315,14 @@ func engineEnd(err error) error {
 }
 
 // close ends the link and waits for its goroutines and watch.
-func (s *uplinkEngine) close() {
+func (s *uplink) close() {
 	s.slot.close()
 	s.link.Close(false)
 	<-s.watched
 }
 
-// serveEngine runs a connected uplink of the engine until it is lost or
-// ctx ends.
-func (b *Bridge) serveEngine(ctx context.Context, s *uplinkEngine) error {
-	quota, qq := b.cfg.MaxInflightQoS2, sameQoS
-	if s.v5 {
-		quota, qq = s.link.ReceiveMaximum, quotaQoS
-	}
-	return b.serveUplink(ctx, uplinkOps{
-		s: s.uplink, quota: quota, quotaQoS: qq,
-		proto: s,
-		drain: s.drain,
-		bye:   func() { s.link.Close(true) },
-		close: s.close,
-	})
-}
-
-// drain waits, on a stop, for the flows in flight to end (bounded), as
-// the other uplinks' drain does.
-func (s *uplinkEngine) drain() {
+// drain waits, on a stop, for the flows in flight to end (bounded).
+func (s *uplink) drain() {
 	fs := s.e.Pending()
 	t := time.NewTimer(min(stopDrain, s.b.cfg.AckTimeout))
 	defer t.Stop()
@@ -430,12 +338,11 @@ func (s *uplinkEngine) drain() {
 	}
 }
 
-// subscribeEngine is subscribeAll for a connection of the engine: the in
-// rules (MQTT 5: with No Local, as subscribeAll5, and Retain As
-// Published), and the filters a reload removed from a persistent
-// session. A reload's change of the in rules applies at the next
-// connection.
-func (b *Bridge) subscribeEngine(ctx context.Context, s *uplinkEngine) error {
+// subscribeAll subscribes a new connection to the in rules (MQTT 5: with
+// No Local and Retain As Published) and unsubscribes the filters a
+// reload removed from a persistent session. A reload's change of the in
+// rules while this runs applies at the next connection.
+func (b *Bridge) subscribeAll(ctx context.Context, s *uplink) error {
 	rl := &b.rl
 	rl.subMu.Lock()
 	if rl.pending.Load() != nil {
@@ -449,7 +356,7 @@ func (b *Bridge) subscribeEngine(ctx context.Context, s *uplinkEngine) error {
 			stale = append(stale, f)
 		}
 	}
-	rl.live, rl.liveEng, rl.have = nil, s, subs
+	rl.live, rl.have = s, subs
 	rl.subMu.Unlock()
 	if len(subs) > 0 {
 		if err := s.subscribe(ctx, subs); err != nil {
@@ -473,12 +380,12 @@ func (b *Bridge) subscribeEngine(ctx context.Context, s *uplinkEngine) error {
 // subscribe subscribes filters (MQTT 5: with No Local, the bridge flag of
 // 3.1.1, and Retain As Published, so a retained command stays retained
 // locally) and returns the filters the SUBACK refused as an error.
-func (s *uplinkEngine) subscribe(ctx context.Context, filters map[string]byte) error {
+func (s *uplink) subscribe(ctx context.Context, filters map[string]byte) error {
 	list := make([]packet.Subscription, 0, len(filters))
 	for f, q := range filters {
 		list = append(list, packet.Subscription{Filter: f, QoS: q, NoLocal: s.v5, RetainAsPublished: s.v5})
 	}
-	slices.SortFunc(list, func(a, b packet.Subscription) int { return cmpString(a.Filter, b.Filter) })
+	slices.SortFunc(list, func(a, b packet.Subscription) int { return strings.Compare(a.Filter, b.Filter) })
 	codes, err := s.link.Subscribe(ctx, list)
 	if err != nil {
 		return s.noAnswer(ctx, err)
@@ -491,9 +398,9 @@ func (s *uplinkEngine) subscribe(ctx context.Context, filters map[string]byte) e
 	return err
 }
 
-// syncSubsEngine is syncSubs on the engine's live connection s: add and
-// del applied there, within reloadSubWait. Caller holds subMu.
-func (b *Bridge) syncSubsEngine(s *uplinkEngine, add map[string]byte, del []string) string {
+// syncSubsLive applies add and del on the live connection s, within
+// reloadSubWait. Caller holds subMu.
+func (b *Bridge) syncSubsLive(s *uplink, add map[string]byte, del []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), reloadSubWait)
 	defer cancel()
 	var err error
@@ -518,7 +425,7 @@ func (b *Bridge) syncSubsEngine(s *uplinkEngine, add map[string]byte, del []stri
 // noAnswer is err, a failed request, as errNoAnswer when the engine gave
 // up waiting for the answer (stuck.go: not the peer's doing), and the
 // link's end as the bridge's (engineEnd) when it ended meanwhile.
-func (s *uplinkEngine) noAnswer(_ context.Context, err error) error {
+func (s *uplink) noAnswer(_ context.Context, err error) error {
 	if errors.Is(err, session.ErrNoAnswer) {
 		return fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
@@ -526,8 +433,8 @@ func (s *uplinkEngine) noAnswer(_ context.Context, err error) error {
 }
 
 // resumed returns the flows the engine re-sent on connect, oldest record
-// first (protocol).
-func (s *uplinkEngine) resumed() []inflight {
+// first.
+func (s *uplink) resumed() []inflight {
 	sp := s.b.spool.Load()
 	var fs []inflight
 	for _, f := range s.link.Resumed() {
@@ -540,20 +447,22 @@ func (s *uplinkEngine) resumed() []inflight {
 	return fs
 }
 
-// room returns a resumed flow's size and QoS (protocol).
-func (s *uplinkEngine) room(f inflight) (int, byte) { return f.ef.Size, f.ef.QoS }
+// room returns a resumed flow's size and QoS.
+func (s *uplink) room(f inflight) (int, byte) { return f.ef.Size, f.ef.QoS }
 
-// packetSize is m's PUBLISH on this wire, exactly (protocol).
-func (s *uplinkEngine) packetSize(m spool.Message) int {
+// packetSize is m's PUBLISH on this wire, exactly.
+func (s *uplink) packetSize(m spool.Message) int {
 	if s.v5 {
 		return publishSize5(m)
 	}
 	return publishSize311(m)
 }
 
-// refuse is uplink311's refuse over 3.1.1 (only max_packet_size is
-// known) and uplink5's over 5 (the CONNACK's limits too) (protocol).
-func (s *uplinkEngine) refuse(m spool.Message, size int) byte {
+// refuse returns the reason code the broker would refuse m, a PUBLISH of
+// size bytes (packetSize), with (0: none): such a message is dropped,
+// never sent. Over 3.1.1 only max_packet_size is known; over 5 the
+// CONNACK's limits too.
+func (s *uplink) refuse(m spool.Message, size int) byte {
 	limit := s.b.cfg.MaxPacketSize
 	if s.v5 {
 		if p := s.link.MaxPacketSize; p > 0 && (limit == 0 || p < limit) {
@@ -571,15 +480,13 @@ func (s *uplinkEngine) refuse(m spool.Message, size int) byte {
 	return 0
 }
 
-// claim has nothing to do (protocol): the engine takes the record's
-// packet id as it publishes, waiting for it if a flow 65535 records
-// older or a SUBSCRIBE holds it.
-func (s *uplinkEngine) claim(context.Context, *inflight, spool.Message, int) bool { return true }
-
-// publish hands m to the engine (protocol). QoS 0 is complete once
-// queued for the wire; a QoS 1/2 flow started stays in the session
-// whatever happens to this connection.
-func (s *uplinkEngine) publish(ctx context.Context, f *inflight, m spool.Message) (bool, error) {
+// publish hands m to the engine, which takes the record's packet id as
+// it publishes (waiting for it if a flow 65535 records older or a
+// SUBSCRIBE holds it). complete: a QoS 0 publish, done once queued for
+// the wire; err: the engine did not take it, and the uplink is torn
+// down. A QoS 1/2 flow started stays in the session whatever happens to
+// this connection.
+func (s *uplink) publish(ctx context.Context, f *inflight, m spool.Message) (bool, error) {
 	fl, err := s.link.Publish(ctx, uint64(f.id), enginePublish(m))
 	if err == nil {
 		s.mc.queued(f.wire)
@@ -593,10 +500,10 @@ func (s *uplinkEngine) publish(ctx context.Context, f *inflight, m spool.Message
 	return false, err
 }
 
-// finish ends flow f for the acker (protocol): the engine has acked or
-// dropped its record already (engineStore); a temporary refusal sends it
-// again after a backoff.
-func (s *uplinkEngine) finish(f inflight) bool {
+// finish ends flow f for the acker: the engine has acked or dropped its
+// record already (engineStore); a temporary refusal sends it again
+// after a backoff.
+func (s *uplink) finish(f inflight) {
 	b := s.b
 	s.pick.done(f.id) // before a retry takes it again
 	rc, reset := f.ef.Result()
@@ -610,5 +517,4 @@ func (s *uplinkEngine) finish(f inflight) bool {
 	case rc < 0x80:
 		s.bo.reset()
 	}
-	return true
 }

@@ -46,7 +46,7 @@ import (
 // Limits of the automatic window.
 const (
 	// autoMaxCount caps the publishes in flight with max_inflight auto:
-	// far below the 65535 packet ids (paho's and the wire's), and a bound
+	// far below the 65535 packet ids, and a bound
 	// on what a reconnect may send twice (QoS 1) and on the memory held by
 	// unacknowledged publishes.
 	autoMaxCount = 8192
@@ -181,8 +181,8 @@ func (w *sendWindow) setAppLimited() {
 	w.mu.Unlock()
 }
 
-// add takes room for a publish already on the wire (paho re-sent it on
-// connect), whether it fits or not.
+// add takes room for a publish already on the wire (the engine re-sent
+// it on connect), whether it fits or not.
 func (w *sendWindow) add(size int, qos byte, now time.Time) stamp {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -18,4 +18,7 @@
 // *packet.Puback, ... whatever the version. MQTT 5 is encoded and decoded
 // by gateway/packet itself; MQTT 3.1.1 by eclipse/paho.mqtt.golang's public
 // packets package (Codec311), mapped to and from the neutral types.
+//
+// The transport is the caller's net.Conn; for ws:// and wss:// DialWebSocket
+// opens one through paho's WebSocket transport (websocket.go).
 package wire

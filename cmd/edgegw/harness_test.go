@@ -292,9 +292,6 @@ func (g *harness) Persist(sync, interval string) string {
 // added) with client id edge-<name>.
 func (g *harness) Bridge(name string, addrs ...string) *bridgeConf {
 	b := &bridgeConf{Name: name, ClientID: "edge-" + name}
-	if e := os.Getenv("EDGEGW_TEST_BRIDGE_ENGINE"); e != "" { // run the bridge tests on that session engine
-		b.With("engine", e)
-	}
 	for _, a := range addrs {
 		if !strings.Contains(a, "://") {
 			a = "tcp://" + a

@@ -65,6 +65,15 @@ func preflight(cfg config.Config, source string, now time.Time) findings {
 			f.checkKeyPair(k, b.TLS.Cert, b.TLS.Key, now)
 		}
 	}
+	for i, b := range cfg.Bridges {
+		if b.Engine == "paho" {
+			// A warning, not an error: the line asked for an engine that
+			// keeps the same promises, and refusing it would take the
+			// whole gateway down at the first start after an upgrade.
+			f.warn(fmt.Sprintf("bridges[%d].engine", i), "paho was removed: the session engine is the bridge's only uplink "+
+				"and runs instead; delete the line")
+		}
+	}
 	for i, l := range cfg.Listeners {
 		if cfg.AnonymousOnNetwork(l) {
 			f.warn(fmt.Sprintf("listeners[%d]", i), "listener %q on %s accepts ANONYMOUS clients from the network "+

@@ -336,3 +336,25 @@ auth:
 		t.Errorf("%d warnings, want 3 (none for the use_cn_as_username listener):\n%s", n, errOut)
 	}
 }
+
+// TestCheckConfigWarnsEnginePaho: bridges[].engine paho names the engine
+// that was removed (docs/config.md): check-config accepts the config
+// with a warning that says so and what to do, and the session engine
+// runs; engine: session gets no warning.
+func TestCheckConfigWarnsEnginePaho(t *testing.T) {
+	t.Setenv(config.EnvConfig, "")
+	t.Setenv("JOURNAL_STREAM", "")
+	bridges := func(engine string) string {
+		return "metrics: {address: \"\"}\nbridges:\n  - {name: cloud, addresses: [\"tcp://127.0.0.1:1883\"], client_id: edge-1, engine: " + engine + ", topics: [{pattern: \"s/#\", direction: out}]}\n"
+	}
+	path := writeConfig(t, bridges("paho"))
+	code, _, errOut := call(t, "check-config", "--config", path)
+	want := "warning: " + path + ": bridges[0].engine: paho was removed: the session engine is the bridge's only uplink and runs instead; delete the line"
+	if code != exitOK || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, stderr lacks\n%s\n%s", code, want, errOut)
+	}
+	path = writeConfig(t, bridges("session"))
+	if code, _, errOut := call(t, "check-config", "--config", path); code != exitOK || strings.Contains(errOut, "engine") {
+		t.Fatalf("engine: session: exit %d, stderr:\n%s", code, errOut)
+	}
+}

@@ -406,7 +406,7 @@ func newListener(l config.Listener, cfg config.Config, log *slog.Logger) (listen
 func bridgeConfig(b config.Bridge, p config.Persistence) bridge.Config {
 	bc := bridge.Config{
 		Name: b.Name, Addresses: b.Addresses, AddressOrder: b.AddressOrder, ClientID: b.ClientID, Username: b.Username, Password: b.Password,
-		CleanSession: b.CleanSession, Protocol: b.Protocol, Engine: b.Engine, BridgeFlag: b.BridgeFlag, UpstreamMaxQoS: b.UpstreamMaxQoS, QoSNotGranted: b.QoSNotGranted, KeepAlive: b.Keepalive, ConnectTimeout: b.ConnectTimeout,
+		CleanSession: b.CleanSession, Protocol: b.Protocol, BridgeFlag: b.BridgeFlag, UpstreamMaxQoS: b.UpstreamMaxQoS, QoSNotGranted: b.QoSNotGranted, KeepAlive: b.Keepalive, ConnectTimeout: b.ConnectTimeout,
 		WriteTimeout: b.WriteTimeout, AckTimeout: b.AckTimeout, MaxInflight: int(b.MaxInflight), MaxInflightQoS2: b.MaxInflightQoS2,
 		ReconnectMin: b.ReconnectMin, ReconnectMax: b.ReconnectMax,
 		TLS: bridge.TLSConfig{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key, ServerName: b.TLS.ServerName,

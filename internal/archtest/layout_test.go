@@ -121,6 +121,34 @@ func layoutRules(pkgs map[string]*pkg) []layoutRule {
 			bad: func(dep string) bool { return under(dep, "internal/config") },
 		},
 		{
+			// bridge/doc.go, "The session engine": session -> wire, one way.
+			rule:    "the uplink's wire (bridge/wire) depends on neither the session engine (bridge/session) nor the bridge",
+			applies: func(p *pkg) bool { return under(p.ImportPath, "bridge/wire") },
+			bad:     func(dep string) bool { return dep == modulePath+"/bridge" || under(dep, "bridge/session") },
+		},
+		{
+			// Its durable state goes through its own small Store
+			// interface, which bridge/spool implements without either
+			// importing the other.
+			rule:    "the session engine (bridge/session) uses of the module only bridge/wire and gateway/packet",
+			applies: func(p *pkg) bool { return under(p.ImportPath, "bridge/session") },
+			bad: func(dep string) bool {
+				return inModule(dep) && !under(dep, "bridge/session", "bridge/wire", "gateway/packet")
+			},
+		},
+		{
+			// The uplink is the bridge's own engine: paho is a codec
+			// (3.1.1) and a WebSocket transport under it, never a client
+			// steered from outside. The device simulator is a sensor,
+			// and a sensor is a paho client.
+			rule: "only bridge/wire (3.1.1 codec, WebSocket transport) and devices/sim import paho",
+			applies: func(p *pkg) bool {
+				return inModule(p.ImportPath) && !under(p.ImportPath, "bridge/wire", "devices/sim")
+			},
+			bad:    func(dep string) bool { return strings.HasPrefix(dep, "github.com/eclipse/paho") },
+			direct: true,
+		},
+		{
 			rule: "dependencies point one way: a room's sub-packages never import the room (gateway/topics never gateway, bridge/spool never bridge)",
 			applies: func(p *pkg) bool {
 				r := room(p.ImportPath)
@@ -164,7 +192,7 @@ func checkLayout(pkgs map[string]*pkg) []string {
 // module as it is built (test files excluded).
 func TestLayout(t *testing.T) {
 	pkgs, _ := modulePackages(t)
-	for _, want := range []string{"gateway", "gateway/packet", "gateway/topics", "listeners", "devices/framing", "bridge", "internal/config", "internal/sockio", "cmd/edgegw/internal/metrics", "cmd/edgegw/internal/status"} {
+	for _, want := range []string{"gateway", "gateway/packet", "gateway/topics", "listeners", "devices/framing", "bridge", "bridge/wire", "bridge/session", "internal/config", "internal/sockio", "cmd/edgegw/internal/metrics", "cmd/edgegw/internal/status"} {
 		if pkgs[modulePath+"/"+want] == nil {
 			t.Fatalf("go list did not list %s: the rules would check nothing", want)
 		}
@@ -192,8 +220,12 @@ func TestLayoutRulesCatch(t *testing.T) {
 		add(m("internal/sockio"), "sockio", false, "fmt")
 		add(m("gateway"), "gateway", false, m("gateway/packet"), m("gateway/topics"), m("internal/sockio"))
 		add(m("listeners"), "listeners", false, m("devices/framing"), "github.com/gorilla/websocket")
+		add("github.com/eclipse/paho.mqtt.golang/packets", "packets", false)
 		add(m("bridge/spool"), "spool", false, "fmt")
-		add(m("bridge"), "bridge", false, m("bridge/spool"), m("gateway"))
+		add(m("bridge/wire"), "wire", false, m("gateway/packet"), "github.com/eclipse/paho.mqtt.golang/packets")
+		add(m("bridge/session"), "session", false, m("bridge/wire"), m("gateway/packet"))
+		add(m("devices/sim"), "sim", false, "github.com/eclipse/paho.mqtt.golang/packets")
+		add(m("bridge"), "bridge", false, m("bridge/spool"), m("bridge/session"), m("bridge/wire"), m("gateway"))
 		add(m("internal/config"), "config", false, "github.com/spf13/viper")
 		add(m("cmd/edgegw/internal/metrics"), "metrics", false, m("gateway"), m("bridge"))
 		add(m("cmd/edgegw"), "main", false, m("internal/config"), m("gateway"), m("bridge"), m("listeners"), m("cmd/edgegw/internal/metrics"), "github.com/spf13/viper")
@@ -217,6 +249,12 @@ func TestLayoutRulesCatch(t *testing.T) {
 		{m("bridge"), "github.com/spf13/viper", "viper"},
 		{m("bridge"), m("internal/config"), "only main packages"},
 		{m("bridge/spool"), m("bridge"), "sub-packages never import the room"},
+		{m("bridge/wire"), m("bridge/session"), "uplink's wire"},
+		{m("bridge/wire"), m("bridge"), "uplink's wire"},
+		{m("bridge/session"), m("bridge/spool"), "session engine"},
+		{m("bridge/session"), m("bridge"), "session engine"},
+		{m("bridge"), "github.com/eclipse/paho.mqtt.golang", "import paho"},
+		{m("gateway"), "github.com/eclipse/paho.golang/paho", "import paho"},
 		{m("internal/sockio"), m("gateway"), "internal/ is one floor"},
 		{m("internal/config"), m("bridge/spool"), "internal/ is one floor"},
 		{m("gateway"), m("cmd/edgegw/internal/metrics"), "gateway and bridge never import cmd/"},

@@ -265,8 +265,10 @@ type Bridge struct {
 	// to a message a rule sends higher: downgrade or hold.
 	UpstreamMaxQoS int    `mapstructure:"upstream_max_qos"`
 	QoSNotGranted  string `mapstructure:"qos_not_granted"`
-	// Engine is the code that runs the uplink's MQTT session: session
-	// (the bridge's own session engine), or paho.
+	// Engine names the code that runs the uplink's MQTT session: session,
+	// the bridge's own engine and its only one. paho, the engine it
+	// replaced, is taken with a warning (cmd/edgegw preflight) and runs
+	// the session engine: a config written for it keeps its gateway up.
 	Engine string `mapstructure:"engine"`
 
 	Keepalive      time.Duration `mapstructure:"keepalive"`

@@ -358,9 +358,9 @@ func (c Config) validateBridges(es *Errors) {
 			es.add(k+".protocol", "must be 3.1.1, 5 or auto (got %q)", b.Protocol)
 		}
 		switch b.Engine {
-		case "paho", "session":
+		case "session", "paho": // paho: removed; preflight warns
 		default:
-			es.add(k+".engine", "must be paho or session (got %q)", b.Engine)
+			es.add(k+".engine", "must be session (got %q)", b.Engine)
 		}
 		if b.MaxInflightQoS2 < 1 || b.MaxInflightQoS2 > maxInflightMQTT {
 			es.add(k+".max_inflight_qos2", "must be in 1..%d (got %d)", maxInflightMQTT, b.MaxInflightQoS2)

@@ -146,6 +146,12 @@ func TestValidate(t *testing.T) {
 			b.Name = "b"
 			c.Bridges = []Bridge{a, b}
 		}, []string{"bridges[0].protocol", "bridges[1].protocol"}},
+		{"bridge engine", func(c *Config) {
+			a, b, p := validBridge(), validBridge(), validBridge()
+			a.Engine, b.Engine, p.Engine = "pah0", "session", "paho" // paho: preflight's warning, not an error
+			b.Name, p.Name = "b", "p"
+			c.Bridges = []Bridge{a, b, p}
+		}, []string{"bridges[0].engine"}},
 		{"bridge auth and tls", func(c *Config) {
 			b := validBridge()
 			b.Password = "p"

@@ -25,8 +25,8 @@ func fillSocket(t *testing.T, raw syscall.RawConn) {
 	t.Fatal("the socket never filled: 640 MiB taken by a peer that reads nothing")
 }
 
-// TestWriteEndsTheWayConnWriteDoes: the errors the bridge's batch writer
-// (bridge/batchwrite.go) tells apart: a close while Write waits for room
+// TestWriteEndsTheWayConnWriteDoes: the errors a writer over a socket
+// tells apart: a close while Write waits for room
 // (abort) and after it end with net.ErrClosed, a deadline already past
 // with a timeout before anything is written, a peer's reset with EPIPE or
 // ECONNRESET.
