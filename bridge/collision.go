@@ -106,6 +106,12 @@ func (b *Bridge) noteCollision(ctx context.Context, up time.Duration, why error,
 		b.trips.Load() == trips && b.writeTimeouts.Load() == writeTimeouts
 	var sd *serverDisconnect
 	takenOver := errors.As(why, &sd) && sd.rc == rcSessionTakenOver
+	if errors.As(why, new(*qos2QuotaEnd)) {
+		// Closed with QoS 2 publishes unanswered, as a broker closes a
+		// connection over its QoS 2 quota: the engine learns the window
+		// from it (session/quota.go); no other client's doing.
+		byPeer = false
+	}
 	if b.stuck.n >= stuckAfter && !takenOver {
 		// The same message first in line every time: stuck.go's hint
 		// (a packet size limit) is the likelier cause.

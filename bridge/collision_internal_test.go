@@ -1,6 +1,9 @@
 package bridge
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 )
@@ -40,5 +43,23 @@ func TestCollisionWatch(t *testing.T) {
 		if named != s.wantNamed || first != s.wantFirst {
 			t.Errorf("step %d (%+v): named %v first %v", i, s, named, first)
 		}
+	}
+}
+
+// TestQoS2QuotaEndIsNoCollision: connections the upstream closed with
+// the signature of a QoS 2 quota below what was in flight
+// (session/quota.go) are not named a client id collision, however many
+// in a row; the same ends without it are (the control).
+func TestQoS2QuotaEndIsNoCollision(t *testing.T) {
+	b := &Bridge{log: slog.New(slog.DiscardHandler)}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, named := b.noteCollision(ctx, time.Second, &qos2QuotaEnd{err: io.EOF, learned: i}, 0, 0); named {
+			t.Fatalf("end %d, a QoS 2 quota close, named a collision", i)
+		}
+	}
+	b.noteCollision(ctx, time.Second, io.EOF, 0, 0)
+	if _, named := b.noteCollision(ctx, time.Second, io.EOF, 0, 0); !named {
+		t.Fatal("two quick ends without the signature named no collision")
 	}
 }

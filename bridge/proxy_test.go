@@ -17,6 +17,10 @@ package bridge_test
 // bridge's publishes stay in flight and its window as full as it is, so
 // what it sends meanwhile is what it chose to send into that window.
 // published tells whether the bridge wrote a QoS 1/2 publish of a payload.
+// setQoS2Quota makes it a broker that closes the connection at a QoS 2
+// PUBLISH over its receive quota, as mosquitto 2.0 releases after
+// Debian's 2.0.11 do ("receive maximum exceeded"; 2.0.11 acknowledges
+// and drops it instead).
 // PROXY_TRACE=1 logs every publish-flow packet.
 
 import (
@@ -60,6 +64,70 @@ type proxy struct {
 	swallowed   int
 	dupPublish  int // PUBLISH with DUP set forwarded upstream
 	resentRel   int // PUBREL forwarded upstream for an id with no PUBREC on its connection
+
+	// setQoS2Quota: the broker's session's incoming QoS 2 flows (PUBLISH
+	// forwarded, no PUBREL yet), across connections as a persistent
+	// session keeps them.
+	quota2      int             // 0: no quota
+	q2held      map[uint16]bool // the session's held ids
+	quotaCloses int             // connections closed for the quota
+	maxHeld2    int             // the most held at once
+}
+
+// setQoS2Quota makes the proxy close a connection (after the broker has
+// answered what it got before) at a QoS 2 PUBLISH of a new id while the
+// session holds n flows; 0 turns it off.
+func (p *proxy) setQoS2Quota(n int) {
+	p.mu.Lock()
+	p.quota2, p.q2held = n, map[uint16]bool{}
+	p.mu.Unlock()
+}
+
+// quotaStats returns the connections closed for the QoS 2 quota and the
+// most QoS 2 flows the session held at once.
+func (p *proxy) quotaStats() (closes, maxHeld int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.quotaCloses, p.maxHeld2
+}
+
+// overQuota applies the QoS 2 quota to b, a packet from the bridge: true
+// when the broker would close the connection at it.
+func (p *proxy) overQuota(b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.quota2 == 0 {
+		return false
+	}
+	switch typ := b[0] >> 4; {
+	case typ == 1: // CONNECT: clean session empties the session
+		h := 2
+		for h < len(b) && b[h-1]&0x80 != 0 {
+			h++
+		}
+		if len(b) > h+7 && b[h+7]&0x02 != 0 {
+			clear(p.q2held)
+		}
+	case typ == 6: // PUBREL: the broker releases the flow
+		delete(p.q2held, binary.BigEndian.Uint16(b[2:]))
+	case typ == 3 && (b[0]>>1)&3 == 2:
+		body := b[1:]
+		for body[0]&0x80 != 0 {
+			body = body[1:]
+		}
+		body = body[1:]
+		id := binary.BigEndian.Uint16(body[2+int(binary.BigEndian.Uint16(body)):])
+		if p.q2held[id] {
+			return false // a resend of a flow it has
+		}
+		if len(p.q2held) >= p.quota2 {
+			p.quotaCloses++
+			return true
+		}
+		p.q2held[id] = true
+		p.maxHeld2 = max(p.maxHeld2, len(p.q2held))
+	}
+	return false
 }
 
 // swallow stops forwarding packets of type typ (5 PUBREC, 7 PUBCOMP) from
@@ -289,7 +357,7 @@ func (p *proxy) accept() {
 		}
 		p.track(c)
 		p.track(up)
-		pc := &pconn{p: p, out: map[uint16]bool{}, recs: map[uint16]bool{}}
+		pc := &pconn{p: p, out: map[uint16]bool{}, recs: map[uint16]bool{}, unanswered: map[uint16]bool{}, answered: make(chan struct{}, 1)}
 		p.wg.Add(2)
 		go pc.pipe(c, up, true)
 		go pc.pipe(up, c, false)
@@ -298,11 +366,15 @@ func (p *proxy) accept() {
 
 // pconn is one proxied connection.
 type pconn struct {
-	p    *proxy
-	mu   sync.Mutex
-	out  map[uint16]bool // QoS>0 PUBLISH ids sent upstream, not yet acked to the bridge
-	recs map[uint16]bool // ids of PUBREC forwarded to the bridge, not yet PUBREL'd
-	v5   bool            // the bridge connected with MQTT 5 (set by the reader of its side)
+	p  *proxy
+	mu sync.Mutex
+	// unanswered: QoS 2 ids forwarded to the broker whose PUBREC has
+	// not reached the bridge yet; answered is signalled as one does.
+	unanswered map[uint16]bool
+	answered   chan struct{}
+	out        map[uint16]bool // QoS>0 PUBLISH ids sent upstream, not yet acked to the bridge
+	recs       map[uint16]bool // ids of PUBREC forwarded to the bridge, not yet PUBREL'd
+	v5         bool            // the bridge connected with MQTT 5 (set by the reader of its side)
 }
 
 type frame struct {
@@ -385,6 +457,15 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 				pc.p.gate() // as above: no close passes a frozen proxy
 				return
 			}
+			if !up && f.b[0]>>4 == 5 {
+				pc.mu.Lock()
+				delete(pc.unanswered, binary.BigEndian.Uint16(f.b[2:]))
+				pc.mu.Unlock()
+				select {
+				case pc.answered <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}()
 	defer ww.Wait()
@@ -406,6 +487,17 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 		pc.p.mu.Lock()
 		due := time.Now().Add(pc.p.oneWay)
 		pc.p.mu.Unlock()
+		if up && pc.p.overQuota(b) {
+			// The broker answers what it read before, then closes.
+			for pc.waiting() {
+				select {
+				case <-pc.answered:
+				case <-pc.p.ctx.Done():
+					return
+				}
+			}
+			return
+		}
 		if up {
 			pc.sent(b)
 		} else {
@@ -426,6 +518,14 @@ func (pc *pconn) pipe(src, dst net.Conn, up bool) {
 			return
 		}
 	}
+}
+
+// waiting reports whether a QoS 2 PUBLISH forwarded on pc is still
+// unanswered.
+func (pc *pconn) waiting() bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return len(pc.unanswered) > 0
 }
 
 func (pc *pconn) sent(b []byte) {
@@ -485,6 +585,9 @@ func (pc *pconn) sent(b []byte) {
 	pc.p.mu.Unlock()
 	pc.mu.Lock()
 	pc.out[id] = true
+	if (b[0]>>1)&3 == 2 {
+		pc.unanswered[id] = true
+	}
 	n := len(pc.out)
 	pc.mu.Unlock()
 	pc.p.mu.Lock()

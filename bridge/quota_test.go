@@ -1,8 +1,12 @@
 package bridge_test
 
 import (
+	"bufio"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +140,146 @@ func testMixedQoSIntoDefaultMosquitto(t *testing.T, proto string) {
 	inOrder(t, all, "sensors/q1", "m", n/2)
 	if dups := inOrder(t, all, "sensors/q2", "m", n/2); dups != 0 {
 		t.Errorf("%d QoS 2 duplicates; want exactly once", dups)
+	}
+}
+
+// persistentSub is a mosquitto_sub with a persistent session at QoS 2,
+// one "topic payload" line per message.
+func persistentSub(t *testing.T, addr, filter string) *timedCollector {
+	t.Helper()
+	host, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command("mosquitto_sub", "-h", host, "-p", port, "-t", filter, "-q", "2", "-c", "-v", "-i", "quota-sub")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("mosquitto_sub (Debian package mosquitto-clients, scripts/install-test-deps.sh): %v", err)
+	}
+	c := &timedCollector{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			topic, payload, _ := strings.Cut(sc.Text(), " ")
+			c.mu.Lock()
+			c.msgs = append(c.msgs, arrival{rx{topic: topic, payload: payload}, time.Now()})
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		cmd.Wait()
+	})
+	return c
+}
+
+// TestQoS2WindowLearned: a 3,000-message QoS 2 backlog drains into a
+// mosquitto whose QoS 2 quota (max_inflight_messages) is below the
+// bridge's max_inflight_qos2, every message exactly once at a
+// persistent QoS 2 subscriber, over:
+//   - MQTT 3.1.1, into a broker that closes the connection at a QoS 2
+//     publish over its quota (later mosquitto 2.0 releases; the proxy
+//     does it in front of Debian's 2.0.11, which has the same quota and
+//     would drop what goes over it): the engine learns the window from
+//     the closes and keeps to it (session/quota.go);
+//   - MQTT 3.1.1 with max_inflight_qos2 at the quota: no close at all
+//     (Debian's 2.0.11 closes nothing: it acks and drops what goes over
+//     its quota, which only the setting avoids);
+//   - MQTT 5: the broker's Receive Maximum is its quota;
+//   - a default mosquitto (quota 20) behind the closing proxy: the full
+//     window of 20, no close, nothing learned.
+func TestQoS2WindowLearned(t *testing.T) {
+	cases := []struct {
+		name     string
+		quota    int    // mosquitto's max_inflight_messages
+		proto    string // bridge protocol
+		qos2     int    // max_inflight_qos2 (0: the default, 20)
+		closing  bool   // the proxy closes at a publish over the quota
+		learned  bool   // a window below the default is learned
+		fullPeak bool   // the broker's session holds 20 QoS 2 flows at some point
+	}{
+		{name: "3.1.1-closing-quota-5", quota: 5, proto: bridge.Protocol311, closing: true, learned: true},
+		{name: "3.1.1-max_inflight_qos2-5", quota: 5, proto: bridge.Protocol311, qos2: 5},
+		{name: "5-receive-maximum-5", quota: 5, proto: bridge.Protocol5},
+		{name: "3.1.1-closing-default-20", quota: 20, proto: bridge.Protocol311, closing: true, fullPeak: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 3000
+			up := startMosquittoConf(t, "max_inflight_messages "+strconv.Itoa(tc.quota)+"\n")
+			upSub := persistentSub(t, up.addr(), "site-a/#")
+			upc := client(t, up.addr(), "up-ready")
+			testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
+				publish(t, upc, "site-a/ready", 0, "r")
+				return upSub.len() > 0
+			})
+			gw := startGateway(t)
+			px := startProxy(t, up.addr())
+			if tc.closing {
+				px.setQoS2Quota(tc.quota)
+			}
+			px.setRefuse(true) // the outage: the backlog builds in the spool
+			cfg := testConfig(t, "b1", px.url())
+			cfg.Protocol = tc.proto
+			cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, tc.qos2
+			cfg.CleanSession = false
+			cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2, RemotePrefix: "site-a/"}}
+			b := runBridge(t, cfg, gw.srv)
+			testutil.Eventually(t, 10*time.Second, "the bridge trying its upstream", func() bool { return b.Stats().ConnectFailures > 0 })
+
+			lc := client(t, gw.addr, "local-pub")
+			toks := make([]mqtt.Token, n)
+			for i := range toks {
+				toks[i] = lc.Publish("sensors/t1", 2, false, "m"+strconv.Itoa(i))
+			}
+			for i, tok := range toks {
+				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+					t.Fatalf("local publish %d: %v", i, tok.Error())
+				}
+			}
+			testutil.Eventually(t, 30*time.Second, "the backlog in the spool", func() bool { return b.Stats().SpoolMessages == n })
+
+			up0 := time.Now()
+			px.setRefuse(false)
+			testutil.Eventually(t, 120*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
+			drained := time.Since(up0)
+			publish(t, lc, "sensors/end", 2, "end")
+			testutil.Eventually(t, 30*time.Second, "the end marker", func() bool {
+				return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "site-a/sensors/end" })
+			})
+			all := rxOf(upSub.all())
+			got := countDistinct(all, "site-a/sensors/t1")
+			st := b.Stats()
+			closes, peak := px.quotaStats()
+			t.Logf("QOS2-WINDOW %s: %d of %d arrived, drained in %s, %d connections, %d closed for the quota, peak held %d, learned window %d",
+				tc.name, got, n, drained.Round(time.Millisecond), st.Connects, closes, peak, st.Upstream.QoS2Window)
+			if got != n {
+				t.Fatalf("%d of %d acknowledged messages never arrived upstream", n-got, n)
+			}
+			if dups := inOrder(t, all, "site-a/sensors/t1", "m", n); dups != 0 {
+				t.Errorf("%d duplicates; want exactly once", dups)
+			}
+			switch w := st.Upstream.QoS2Window; {
+			case tc.learned && (w < 1 || w > tc.quota):
+				t.Errorf("learned QoS 2 window %d; want 1..%d, what the broker takes", w, tc.quota)
+			case !tc.learned && w != 0:
+				t.Errorf("learned QoS 2 window %d; want none", w)
+			}
+			if tc.learned && closes > 10 {
+				// Without the learned window each connection ends at the
+				// quota, hundreds of times for this backlog.
+				t.Errorf("%d connections closed for the quota; want the closes to stop once the window is learned", closes)
+			}
+			if tc.closing && !tc.learned && closes != 0 {
+				t.Errorf("%d connections closed for the quota; want none", closes)
+			}
+			if tc.fullPeak && peak != tc.quota {
+				t.Errorf("the broker held at most %d QoS 2 flows at once; want the full window, %d", peak, tc.quota)
+			}
+		})
 	}
 }

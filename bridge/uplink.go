@@ -107,9 +107,14 @@ func (b *Bridge) windowLimits() (maxCount int, auto bool) {
 // way out the stop's drain and the state change. It returns why the
 // connection ended.
 func (b *Bridge) serveUplink(ctx context.Context, s *uplink) error {
-	quota, qq := b.cfg.MaxInflightQoS2, sameQoS // over 3.1.1 (lanes.go)
+	// Over 3.1.1 (lanes.go) the QoS 2 window is max_inflight_qos2, or the
+	// smaller window the engine learned from the upstream's closes
+	// (session/quota.go).
+	quota, qq := b.cfg.MaxInflightQoS2, sameQoS
 	if s.v5 {
 		quota, qq = s.link.ReceiveMaximum, quotaQoS
+	} else if w := s.e.QoS2Window(); w > 0 && w < quota {
+		quota = w
 	}
 	trips, writeTimeouts := b.trips.Load(), b.writeTimeouts.Load() // noteEnd: did the bridge end it?
 	b.lastRead.Store(time.Now().UnixNano())

@@ -184,7 +184,7 @@ func (b *Bridge) connectUplink(ctx context.Context, u *url.URL) (func(context.Co
 	} else {
 		b.uplinkProto.Store(Protocol311)
 	}
-	return func(ctx context.Context) error { return b.serveUplink(ctx, s) }, nil
+	return func(ctx context.Context) error { return b.quotaEnd(s, b.serveUplink(ctx, s)) }, nil
 }
 
 // connectEngine dials u and brings a connection of the engine up,
@@ -232,7 +232,8 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 			ReceiveMaximum: l.ReceiveMaximum, MaxPacketSize: l.MaxPacketSize}) // upstream.go
 	} else {
 		b.learned(s, Upstream{Protocol: Protocol311, BridgeFlag: b.flagLevel(u.String()) == 0x84,
-			BridgeFlagRefused: b.flagRefused[u.String()], MaxQoS: b.maxQoS(2), RetainAvailable: true})
+			BridgeFlagRefused: b.flagRefused[u.String()], MaxQoS: b.maxQoS(2), RetainAvailable: true,
+			QoS2Window: e.QoS2Window()})
 	}
 	s.watched = make(chan struct{})
 	go s.watch()
@@ -243,7 +244,7 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 	b.engResumed.Add(uint64(len(l.Resumed())))
 	if err := b.subscribeAll(ctx, s); err != nil {
 		s.close()
-		sl := &setupLost{err: err}
+		sl := &setupLost{err: b.quotaEnd(s, err)}
 		if fs := e.Pending(); len(fs) > 0 {
 			sl.oldest, sl.held = spool.ID(fs[0].Rec), true
 		}
@@ -319,6 +320,42 @@ func (s *uplink) close() {
 	s.slot.close()
 	s.link.Close(false)
 	<-s.watched
+}
+
+// qos2QuotaEnd is a connection's end reason when the upstream closed it
+// with the signature of a QoS 2 quota below what was in flight
+// (session/quota.go): not a client id collision (collision.go).
+type qos2QuotaEnd struct {
+	err     error
+	learned int // the window learned at this end (0: not yet)
+}
+
+func (e *qos2QuotaEnd) Error() string {
+	if e.learned > 0 {
+		return fmt.Sprintf("the upstream closed the connection with more QoS 2 messages in flight than it takes; "+
+			"sending at most %d at once from now on: %v", e.learned, e.err)
+	}
+	return fmt.Sprintf("the upstream closed the connection with QoS 2 messages in flight unanswered, "+
+		"as a broker does that takes fewer than max_inflight_qos2: %v", e.err)
+}
+
+func (e *qos2QuotaEnd) Unwrap() error { return e.err }
+
+// quotaEnd wraps why, the end of s's link (closed), when it ended with
+// the quota signature, and says at WARN, once per window learned, what
+// the engine learned and which setting avoids it.
+func (b *Bridge) quotaEnd(s *uplink, why error) error {
+	if s.v5 || !s.link.QuotaEnd() {
+		return why
+	}
+	w := s.link.Learned()
+	if w > 0 {
+		b.log.Warn("the upstream takes fewer QoS 2 messages in flight than max_inflight_qos2: it closed the connection each time more were sent; "+
+			"sending at most qos2_window at once until the bridge restarts (nothing is lost: the others wait in the spool under their packet ids); "+
+			"set max_inflight_qos2 to qos2_window or lower to avoid the closed connections",
+			"address", s.addr.Redacted(), "qos2_window", w, "max_inflight_qos2", b.cfg.MaxInflightQoS2)
+	}
+	return &qos2QuotaEnd{err: why, learned: w}
 }
 
 // drain waits, on a stop, for the flows in flight to end (bounded).

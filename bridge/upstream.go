@@ -57,6 +57,10 @@ type Upstream struct {
 	RetainAvailable               bool // MQTT 5: the upstream takes retained messages (3.1.1: assumed)
 	ReceiveMaximum                int  // MQTT 5: its Receive Maximum (65535 when not announced); 3.1.1: 0, unknown
 	MaxPacketSize                 int  // MQTT 5: its Maximum Packet Size (0: none announced, or 3.1.1)
+	// QoS2Window: 3.1.1, the QoS 2 messages in flight the upstream showed
+	// it takes, learned from its closes (bridge/session/quota.go), when
+	// below max_inflight_qos2; 0: none learned.
+	QoS2Window int
 }
 
 // flagLevel is the protocol level a 3.1.1 CONNECT to u carries: 0x84 with

@@ -115,6 +115,12 @@ type Engine struct {
 	bytes   int                 // their size
 	changed chan struct{}       // closed (and remade) when a flow ends or an id frees
 	link    *Link               // the live connection, or nil
+
+	// The QoS 2 window learned from an MQTT 3.1.1 peer (quota.go).
+	win2     int     // 0: none learned
+	quotaRun int     // connections in a row that ended with the quota signature
+	quotaMin int     // the fewest PUBRECs one of them answered
+	held     []*Flow // flows of the session not on the wire of the live link, oldest first
 }
 
 // Flow is one outbound QoS 1/2 publish of the engine.
@@ -128,7 +134,8 @@ type Flow struct {
 	pub      *packet.Publish // nil for a flow restored from the Store, until loaded
 	released bool            // PUBREC received: re-sent as PUBREL
 	ending   bool            // acknowledgedUpstream is removing its record
-	sent     time.Time       // when it was last queued for the wire
+	sent     time.Time       // when it was last queued for the wire (zero: held, not sent on this link)
+	link     *Link           // the link it was last sent on
 
 	// Written once before done is closed.
 	reason byte
@@ -237,6 +244,9 @@ func (e *Engine) removeLocked(f *Flow) bool {
 	}
 	delete(e.byRec, f.Rec)
 	delete(e.byID, f.ID)
+	if i := slices.Index(e.held, f); i >= 0 {
+		e.held = slices.Delete(e.held, i, i+1)
+	}
 	e.count--
 	if f.QoS == 2 {
 		e.count2--

@@ -74,6 +74,13 @@ type Link struct {
 
 	wg      sync.WaitGroup
 	release []*Flow // the reader's: flows whose PUBREC awaits the Store
+
+	// The QoS 2 window's view of this link (quota.go).
+	heldMu   sync.Mutex // orders the sends of held flows and new QoS 2 flows
+	recs     int        // the reader's: QoS 2 PUBLISHes the peer answered with a PUBREC on this link
+	peak2    int        // under the engine's mu: the most QoS 2 flows on the wire at once
+	learned  int        // under the engine's mu: the window this link's end taught (0: none)
+	quotaEnd bool       // under the engine's mu: it ended with the quota signature
 }
 
 // Connect brings a connection up over nc, which it owns from now on.
@@ -208,13 +215,38 @@ func (l *Link) resume() error {
 		}
 		return nil
 	}
+	// Over a learned QoS 2 window, PUBRELs all go (they free the peer's
+	// quota, and their flows hold it until then) and of the other flows
+	// as many as the window holds; the rest wait (quota.go).
 	fs := e.sortedLocked()
-	e.mu.Unlock()
-	now := time.Now()
+	e.held = e.held[:0]
+	onWire := 0
 	for _, f := range fs {
+		if f.released {
+			onWire++
+		}
+	}
+	now := time.Now()
+	var send []*Flow
+	for _, f := range fs {
+		if !f.released && f.QoS == 2 && e.win2 > 0 && onWire >= e.win2 {
+			f.sent = time.Time{}
+			e.held = append(e.held, f)
+			continue
+		}
+		if !f.released {
+			onWire++
+		}
+		f.sent = now
+		send = append(send, f)
+	}
+	for _, f := range send {
+		l.sentOnLocked(f)
+	}
+	e.mu.Unlock()
+	for _, f := range send {
 		e.mu.Lock()
 		rel, pub := f.released, f.pub
-		f.sent = now
 		e.mu.Unlock()
 		var p packet.Packet
 		switch {
@@ -234,8 +266,8 @@ func (l *Link) resume() error {
 		if err := l.c.Send(p); err != nil {
 			return fmt.Errorf("re-send flow of record %d: %w", f.Rec, err)
 		}
-		l.resumed = append(l.resumed, f)
 	}
+	l.resumed = fs
 	return nil
 }
 
@@ -313,14 +345,29 @@ func (l *Link) Publish(ctx context.Context, rec uint64, pub *packet.Publish) (*F
 	if m := e.cfg.MaxInflight; m > 0 && m < maxCount {
 		maxCount = m
 	}
-	e.mu.Lock()
+	qos2 := pub.QoS == 2
 	for {
+		if qos2 {
+			// A new QoS 2 flow goes after the held ones (quota.go).
+			l.heldMu.Lock()
+			if err := l.sendHeldLocked(); err != nil {
+				l.heldMu.Unlock()
+				return nil, err
+			}
+		}
+		e.mu.Lock()
 		if f := e.byRec[rec]; f != nil {
 			e.mu.Unlock()
+			if qos2 {
+				l.heldMu.Unlock()
+			}
 			return f, nil
 		}
 		id := wireID(rec)
 		roomy := e.count < maxCount && (pub.QoS < 2 || e.cfg.Version == packet.V5 || e.cfg.MaxInflightQoS2 == 0 || e.count2 < max(1, e.cfg.MaxInflightQoS2-1)) && (e.cfg.MaxInflightBytes == 0 || e.count == 0 || e.bytes+size <= e.cfg.MaxInflightBytes)
+		if qos2 {
+			roomy = roomy && len(e.held) == 0 && e.roomFor2Locked()
+		}
 		if roomy && !e.freeLocked(id) && pub.QoS == 1 {
 			id = e.nextFreeLocked()
 		}
@@ -330,20 +377,28 @@ func (l *Link) Publish(ctx context.Context, rec uint64, pub *packet.Publish) (*F
 			f.pub = pub
 			e.byID[id], e.byRec[rec] = f, f
 			e.count++
-			if pub.QoS == 2 {
+			if qos2 {
 				e.count2++
 			}
 			e.bytes += size
+			l.sentOnLocked(f)
 			e.mu.Unlock()
-			if pub.QoS == 2 {
+			if qos2 {
 				if err := e.store.Sent(rec, id); err != nil {
 					e.log.Error("spool: record flow", "id", rec, "err", err)
 				}
 			}
-			return f, l.c.Send(pub)
+			err := l.c.Send(pub)
+			if qos2 {
+				l.heldMu.Unlock()
+			}
+			return f, err
 		}
 		changed := e.changed
 		e.mu.Unlock()
+		if qos2 {
+			l.heldMu.Unlock()
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -351,7 +406,6 @@ func (l *Link) Publish(ctx context.Context, rec uint64, pub *packet.Publish) (*F
 		case <-l.c.Done():
 			return nil, l.c.Err()
 		}
-		e.mu.Lock()
 	}
 }
 

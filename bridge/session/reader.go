@@ -20,11 +20,18 @@ func (l *Link) readLoop() {
 	for {
 		p, err := l.c.Read()
 		if err != nil {
+			l.endLink(err)
 			return
 		}
 		if err := l.handle(p); err != nil {
 			l.c.Abort(err)
 			return
+		}
+		if _, ok := p.(*packet.Pubcomp); ok {
+			if err := l.sendHeld(); err != nil {
+				l.c.Abort(err)
+				return
+			}
 		}
 		if len(l.release) > 0 && (l.c.Buffered() == 0 || len(l.release) >= maxReleaseBatch) {
 			if err := l.releaseFlows(); err != nil {
@@ -78,6 +85,7 @@ func (l *Link) handle(p packet.Packet) error {
 			if rel { // a duplicate PUBREC: the PUBREL again
 				return l.c.SendControl(&packet.Pubrel{PacketID: f.ID})
 			}
+			l.recs++
 			l.release = append(l.release, f)
 		}
 	case *packet.Pubcomp:
