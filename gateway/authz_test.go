@@ -56,8 +56,7 @@ func TestSecurityRestartDeniesRestoredQueue(t *testing.T) {
 // returns bob's publisher for more.
 func queuedForOffline(t *testing.T, b *broker, id, body string) func(pid uint16, topic, body string) {
 	t.Helper()
-	alice, _ := rawConnect(t, b.addr, packet.V311, id, false, login("alice"))
-	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 1})
+	alice := aliceOnShared(t, b, packet.V311, id, false, 1)
 	alice.disconnect()
 	waitOneOffline(t, b, id+" offline")
 	pub := bobPublisher(t, b, id+"-bob")
@@ -126,8 +125,7 @@ func TestSecurityReloadReleasesStartedQoS2(t *testing.T) {
 // comes, so it is sent again as the protocol requires [MQTT-4.4.0-1].
 func TestSecurityReloadKeepsPubrelResend(t *testing.T) {
 	b, files := secureBroker(t, false)
-	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-rel", false, login("alice"))
-	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 2})
+	alice := aliceOnShared(t, b, packet.V311, "alice-rel", false, 2)
 	bob, _ := rawConnect(t, b.addr, packet.V311, "bob-rel", true, login("bob"))
 	publishFlow(t, bob, 2, "shared/public/x", "delivered")
 	p := alice.nextPublish(10 * time.Second)
@@ -218,6 +216,19 @@ func publishFlow(t *testing.T, c *rawClient, qos byte, topic, body string) {
 	expect[*packet.Pubcomp](t, c, 10*time.Second)
 }
 
+// aliceOnShared connects alice as id, a clean or a persistent session,
+// subscribed to the wide filter shared/# at qos.
+func aliceOnShared(t *testing.T, b *broker, v packet.Version, id string, clean bool, qos byte) *rawClient {
+	t.Helper()
+	opts := loginKeep("alice", v)
+	if clean {
+		opts = login("alice")
+	}
+	alice, _ := rawConnect(t, b.addr, v, id, clean, opts)
+	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: qos})
+	return alice
+}
+
 // loginKeep is login for a persistent session: over MQTT 5 with a session
 // expiry, so that it outlives its connection as a 3.1.1 one does.
 func loginKeep(name string, v packet.Version) func(*packet.Connect) {
@@ -240,8 +251,7 @@ func inflightAfterDrop(t *testing.T, b *broker, id string, qos byte, v ...packet
 	if len(v) > 0 {
 		ver = v[0]
 	}
-	alice, _ := rawConnect(t, b.addr, ver, id, false, loginKeep("alice", ver))
-	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: qos})
+	alice := aliceOnShared(t, b, ver, id, false, qos)
 	bob, _ := rawConnect(t, b.addr, packet.V311, id+"-bob", true, login("bob"))
 	publishFlow(t, bob, qos, "shared/public/x", "sent-before-reload")
 	p := alice.nextPublish(10 * time.Second)
@@ -262,8 +272,7 @@ func inflightAfterDrop(t *testing.T, b *broker, id string, qos byte, v ...packet
 func TestSecurityReleasedQoS2Window(t *testing.T) {
 	b, files := secureBroker(t, false)
 	const id = "alice-q2w"
-	alice, _ := rawConnect(t, b.addr, packet.V5, id, false, loginKeep("alice", packet.V5))
-	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 2})
+	alice := aliceOnShared(t, b, packet.V5, id, false, 2)
 	bob, _ := rawConnect(t, b.addr, packet.V311, id+"-bob", true, login("bob"))
 	publishFlow(t, bob, 2, "shared/public/x", "first")
 	publishFlow(t, bob, 2, "shared/public/y", "second")
@@ -443,8 +452,7 @@ func bobPublisher(t *testing.T, b *broker, id string) func(pid uint16, topic, bo
 // holds no denied message, and the resumed session receives none.
 func TestSecurityWideFilterOfflineQueue(t *testing.T) {
 	b, _ := secureBroker(t, false)
-	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-q", false, login("alice"))
-	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 1})
+	alice := aliceOnShared(t, b, packet.V311, "alice-q", false, 1)
 	alice.disconnect()
 	waitOneOffline(t, b, "alice-q offline")
 	pub := bobPublisher(t, b, "bob-q")
@@ -492,8 +500,7 @@ func TestSecurityWideFilterRetained(t *testing.T) {
 	for i, topic := range []string{"shared/secret/x", "shared/secret/deep/y", "shared/public/x"} {
 		pubRetained(t, b, uint16(10+i), topic)
 	}
-	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-r", true, login("alice"))
-	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 1})
+	alice := aliceOnShared(t, b, packet.V311, "alice-r", true, 1)
 	pub(1, "shared/end", "end")
 	got := untilMarker(t, alice, "shared/end")
 	if len(got) != 1 || !strings.HasPrefix(got[0], "shared/public/x ") {
@@ -515,8 +522,7 @@ func TestSecurityWideFilterWill(t *testing.T) {
 	for _, delay := range []uint32{0, 1} {
 		t.Run(fmt.Sprintf("delay %ds", delay), func(t *testing.T) {
 			b, _ := secureBroker(t, false)
-			alice, _ := rawConnect(t, b.addr, packet.V5, "alice-w", true, login("alice"))
-			alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 1})
+			alice := aliceOnShared(t, b, packet.V5, "alice-w", true, 1)
 			bob, _ := rawConnect(t, b.addr, packet.V5, "bob-w", true, func(cp *packet.Connect) {
 				login("bob")(cp)
 				cp.Will = &packet.Will{QoS: 1, Topic: "shared/secret/will", Payload: []byte("leak")}
@@ -541,8 +547,7 @@ func TestSecurityWideFilterWill(t *testing.T) {
 // use, gateway.Server.Publish) is checked per subscriber as a client's.
 func TestSecurityWideFilterInProcessPublish(t *testing.T) {
 	b, _ := secureBroker(t, false)
-	alice, _ := rawConnect(t, b.addr, packet.V311, "alice-b", true, login("alice"))
-	alice.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "shared/#", QoS: 1})
+	alice := aliceOnShared(t, b, packet.V311, "alice-b", true, 1)
 	for _, topic := range []string{"shared/secret/x", "shared/public/x", "shared/end"} {
 		if err := b.srv.Publish(&gateway.Message{Topic: topic, Payload: []byte("from the cloud"), QoS: 1}); err != nil {
 			t.Fatal(err)
