@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
-	github.com/creack/pty v1.1.24
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/eclipse/paho.mqtt.golang v1.5.1
 	github.com/go-viper/mapstructure/v2 v2.4.0

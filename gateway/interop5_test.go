@@ -231,6 +231,16 @@ func TestInterop5ZeroLengthClientID(t *testing.T) {
 	c.disconnect()
 }
 
+// offlineSubscription leaves the session id (expiry 99999) offline,
+// subscribed to filter at QoS 2 and to the marker.
+func offlineSubscription(t *testing.T, b *broker, id, filter string) {
+	t.Helper()
+	c, _ := v5conn(t, b, id, true, withExpiry(99999))
+	c.subscribe(1, packet.Properties{}, packet.Subscription{Filter: filter, QoS: 2}, markerSub)
+	c.disconnect()
+	waitOneOffline(t, b, id+" offline")
+}
+
 // TestInterop5OfflineMessageQueueing — suite test
 // test_offline_message_queueing: a session with expiry 99999 subscribed to
 // +/+ at QoS 2 goes offline; QoS 0, 1 and 2 messages to TopicA/B, Topic/C
@@ -238,10 +248,7 @@ func TestInterop5ZeroLengthClientID(t *testing.T) {
 // (edgegw: the QoS 1 and 2 ones; QoS 0 is not queued offline).
 func TestInterop5OfflineMessageQueueing(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	o, _ := v5conn(t, b, "offline message queueing", true, withExpiry(99999))
-	o.subscribe(1, packet.Properties{}, packet.Subscription{Filter: suiteWild[5], QoS: 2}, markerSub)
-	o.disconnect()
-	waitOneOffline(t, b, "the session offline")
+	offlineSubscription(t, b, "offline message queueing", suiteWild[5])
 	p, _ := v5conn(t, b, "bclient", true, nil)
 	for qos, topic := range suiteTopics[1:4] {
 		p.publishQoS(uint16(qos+1), &packet.Publish{Topic: topic, QoS: byte(qos), Payload: []byte("offline")})
@@ -500,10 +507,7 @@ func TestInterop5PayloadFormat(t *testing.T) {
 // (below 6). The suite waits 3 s; 1.5 s is enough for the rule.
 func TestInterop5PublicationExpiry(t *testing.T) {
 	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	sub, _ := v5conn(t, b, "bclient", true, withExpiry(99999))
-	sub.subscribe(1, packet.Properties{}, packet.Subscription{Filter: suiteTopics[0], QoS: 2}, markerSub)
-	sub.disconnect()
-	waitOneOffline(t, b, "the session offline")
+	offlineSubscription(t, b, "bclient", suiteTopics[0])
 	a, _ := v5conn(t, b, "aclient", true, nil)
 	expiry := func(secs uint32) packet.Properties {
 		var p packet.Properties
@@ -516,7 +520,7 @@ func TestInterop5PublicationExpiry(t *testing.T) {
 	a.publishQoS(3, &packet.Publish{Topic: suiteTopics[0], QoS: 1, Props: expiry(6), Payload: []byte("qos 1 - don't expire")})
 	a.publishQoS(4, &packet.Publish{Topic: suiteTopics[0], QoS: 2, Props: expiry(6), Payload: []byte("qos 2 - don't expire")})
 	<-time.After(1500 * time.Millisecond) // the 1 s expiry passes while the session is offline
-	sub, _ = v5conn(t, b, "bclient", false, nil)
+	sub, _ := v5conn(t, b, "bclient", false, nil)
 	got := sub.untilMarker(t, b)
 	if len(got) != 2 {
 		t.Fatalf("got %d messages, want the 2 of expiry 6", len(got))

@@ -1,11 +1,19 @@
 package gateway_test
 
+// Real Eclipse Paho clients against the broker: paho.mqtt.golang (3.1.1)
+// round-trips at every QoS; paho.golang (MQTT 5) keeps to the limits the
+// broker announces, so it is never cut for exceeding its Receive Maximum,
+// and it is told Server Keep Alive.
+
 import (
+	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/gateway"
@@ -86,5 +94,83 @@ func TestPahoRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func paho5Connect(t *testing.T, addr, id string, keepAlive uint16) (*paho.Client, *paho.Connack) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: keepAlive})
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Disconnect(&paho.Disconnect{})
+		<-c.Done()
+	})
+	return c, ack
+}
+
+// TestPaho5KeepsReceiveMaximum: 64 concurrent QoS 1 and QoS 2 publishes
+// through a Receive Maximum of 4 all complete, with acks held by a sink
+// and released by the test, and no connection is cut.
+func TestPaho5KeepsReceiveMaximum(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxInflight: 4})
+	sink := &heldSink{}
+	if err := b.srv.AddSink("held", "held/#", sink); err != nil {
+		t.Fatal(err)
+	}
+	c, ack := paho5Connect(t, b.addr, "paho5-rm", 30)
+	if ack.Properties == nil || ack.Properties.ReceiveMaximum == nil || *ack.Properties.ReceiveMaximum != 4 {
+		t.Fatalf("connack properties %+v, want receive maximum 4", ack.Properties)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 64
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Publish(ctx, &paho.Publish{Topic: "held/x", QoS: byte(1 + i%2), Payload: []byte("m")})
+			errs <- err
+		}()
+	}
+	// Release verdicts as they come: never more than 4 may be open.
+	released := 0
+	for released < n {
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("a held message after %d released", released), func() bool { return sink.count() > released })
+		if open := sink.count() - released; open > 4 {
+			t.Fatalf("%d messages held at once, above the receive maximum 4", open)
+		}
+		sink.release(released, nil)
+		released++
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	if got := closes(b, "protocol_error"); got != 0 {
+		t.Fatalf("%d protocol error closes, want 0", got)
+	}
+}
+
+// TestPaho5ServerKeepAlive: a client asking for keepalive 0 (never) is
+// told limits.keepalive_max as Server Keep Alive.
+func TestPaho5ServerKeepAlive(t *testing.T) {
+	b := startBroker(t, gateway.Options{AllowAnonymous: true, MaxKeepAlive: 30 * time.Second})
+	_, ack := paho5Connect(t, b.addr, "paho5-ka", 0)
+	if ack.Properties == nil || ack.Properties.ServerKeepAlive == nil || *ack.Properties.ServerKeepAlive != 30 {
+		t.Fatalf("connack properties %+v, want server keepalive 30", ack.Properties)
 	}
 }

@@ -2,15 +2,16 @@ package listeners_test
 
 import (
 	"crypto/tls"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
-	"github.com/edgegw/edgegw/listeners"
 )
 
 // TestCNOnlyAuthentication: allow_anonymous false, no password file, one
@@ -57,18 +58,46 @@ func TestCNOnlyAuthentication(t *testing.T) {
 	}
 }
 
+// TestCNListenerOtherUserAllowAnonymous: docs/listeners.md says a client
+// on a use_cn_as_username listener that sends another user name "needs
+// that user's password", and security.md that it "is checked like any
+// other". With allow_anonymous true (the default) and no password file
+// nothing could check it: a certificate issued to sensor-17 that sent the
+// user name alice got in as alice and took alice's ACL rules. It is
+// refused (4 / 0x86).
+func TestCNListenerOtherUserAllowAnonymous(t *testing.T) {
+	p, cfg, client, files := cnAuthRig(t)
+	h := newHarness(t, gateway.Options{AllowAnonymous: true, Authenticator: files, Authorizer: files})
+	mtls := "tls://" + h.tcp(cfg, true)
+	c, err := pahoConnect(t, mtls, "intruder", func(o *mqtt.ClientOptions) {
+		o.SetTLSConfig(p.clientTLS(client)).SetUsername("alice")
+	})
+	if err != nil {
+		if !errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
+			t.Fatalf("refused with %v, want 4 (bad user name or password)", err)
+		}
+		// Its own CN, or no user name, still gets in.
+		mustPaho(t, mtls, "cert-named", func(o *mqtt.ClientOptions) {
+			o.SetTLSConfig(p.clientTLS(client)).SetUsername("sensor-17")
+		})
+		mustPaho(t, mtls, "cert-only", func(o *mqtt.ClientOptions) { o.SetTLSConfig(p.clientTLS(client)) })
+		return
+	}
+	tok := c.Subscribe("alice/#", 1, nil)
+	waitTok(t, tok, "subscribe")
+	if codes := tok.(*mqtt.SubscribeToken).Result(); codes["alice/#"] != 0x80 {
+		t.Fatalf("sensor-17's certificate got in as alice without alice's password and may subscribe to alice/# (granted QoS %d)", codes["alice/#"])
+	}
+}
+
 // cnAuthRig is the CN tests' setup: a PKI, a server TLS config that asks
 // for client certificates, the certificate of device sensor-17, and auth
 // files with an ACL for alice and sensor-17 and no password file.
 func cnAuthRig(t *testing.T) (*pki, *tls.Config, tls.Certificate, *auth.Files) {
 	t.Helper()
 	p := newPKI(t)
-	cert, key, _ := p.issue("server", "gw", 1, true)
+	cfg := p.serverTLS(p.file)
 	_, _, client := p.issue("client", "sensor-17", 2, false)
-	cfg, _, err := listeners.TLSConfig(cert, key, p.file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	acl := filepath.Join(t.TempDir(), "acl")
 	if err := os.WriteFile(acl, []byte("user alice\ntopic readwrite alice/#\nuser sensor-17\ntopic readwrite sensor-17/#\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -17,11 +17,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edgegw/edgegw/devices/framing"
@@ -54,30 +52,11 @@ type serialDev struct {
 // openSerialDev opens a pty and points link at its slave.
 func openSerialDev(t testing.TB, mode framing.Mode, link string) *serialDev {
 	t.Helper()
-	ptm, pts, err := pty.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// pty.Open returns a blocking master, whose Read neither Close nor a
-	// deadline can interrupt, and whose descriptor stays open while a Read
-	// is blocked (so the slave never sees the hang-up). A non-blocking
-	// duplicate is served by the poller instead.
-	fd, err := syscall.Dup(int(ptm.Fd()))
-	ptm.Close()
-	if err == nil {
-		syscall.CloseOnExec(fd)
-		err = syscall.SetNonblock(fd, true)
-	}
-	if err != nil {
-		pts.Close()
-		t.Fatal(err)
-	}
-	d := &serialDev{t: t, mode: mode, m: os.NewFile(uintptr(fd), "ptmx"), s: pts, link: link,
+	ptm, pts := testutil.Pty(t)
+	d := &serialDev{t: t, mode: mode, m: ptm, s: pts, link: link,
 		in: make(chan packet.Packet, 64), done: make(chan struct{})}
 	d.ver.Store(uint32(packet.V311))
 	if err := os.Symlink(pts.Name(), link); err != nil {
-		d.m.Close()
-		pts.Close()
 		t.Fatal(err)
 	}
 	go d.readLoop()
@@ -264,6 +243,16 @@ func newSerialRig(t *testing.T, mode framing.Mode) *serialRig {
 	return r
 }
 
+// startSerialRig is a rig whose listener runs and has opened the device.
+func startSerialRig(t *testing.T, mode framing.Mode) (*serialRig, *serialDev) {
+	t.Helper()
+	r := newSerialRig(t, mode)
+	d := r.plug()
+	r.start()
+	r.waitOpen(1)
+	return r, d
+}
+
 // start runs the serial listener until the test ends.
 func (r *serialRig) start() {
 	ctx, cancel := context.WithCancel(r.h.ctx)
@@ -302,6 +291,14 @@ func (r *serialRig) waitOpen(n uint64) {
 func (r *serialRig) waitMsg(want string) {
 	r.t.Helper()
 	testutil.Eventually(r.t, serialWait, want+" at the tcp subscriber", func() bool { return r.got.count(want) > 0 })
+}
+
+// deliver has the sensor publish and waits until the TCP subscriber has
+// the message.
+func (r *serialRig) deliver(d *serialDev, topic, payload string, qos byte, id uint16) {
+	r.t.Helper()
+	d.publish(topic, payload, qos, id)
+	r.waitMsg(fmt.Sprintf("%s=%s@%d", topic, payload, qos))
 }
 
 // qcollector gathers "topic=payload@qos" of received messages.

@@ -119,6 +119,19 @@ func (p *pki) issue(name, cn string, serial int64, server bool) (certFile, keyFi
 	return certFile, keyFile, cert
 }
 
+// serverTLS issues the gateway's certificate (CN gw) and returns the
+// listener's TLS configuration; with clientCA set, it asks for client
+// certificates signed by that CA.
+func (p *pki) serverTLS(clientCA string) *tls.Config {
+	p.t.Helper()
+	cert, key, _ := p.issue("server", "gw", 1, true)
+	cfg, _, err := listeners.TLSConfig(cert, key, clientCA)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return cfg
+}
+
 func (p *pki) clientTLS(certs ...tls.Certificate) *tls.Config {
 	return &tls.Config{RootCAs: p.pool, Certificates: certs, MinVersion: tls.VersionTLS12}
 }
@@ -165,11 +178,7 @@ func TestTLSConfigBasics(t *testing.T) {
 // TestTLSPaho: paho over tls:// and wss:// with server authentication only.
 func TestTLSPaho(t *testing.T) {
 	p := newPKI(t)
-	cert, key, _ := p.issue("server", "gw", 1, true)
-	cfg, _, err := listeners.TLSConfig(cert, key, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := p.serverTLS("")
 	h := newHarness(t, gateway.Options{AllowAnonymous: true})
 	tlsURL := "tls://" + h.tcp(cfg, false)
 	wssURL := "wss://" + h.ws(func(l *listeners.WebSocket) { l.TLS = cfg }) + "/mqtt"
@@ -210,12 +219,8 @@ func TestTLSPaho(t *testing.T) {
 // UseCNAsUsername is set.
 func TestMTLS(t *testing.T) {
 	p := newPKI(t)
-	cert, key, _ := p.issue("server", "gw", 1, true)
+	cfg := p.serverTLS(p.file)
 	_, _, client := p.issue("client", "sensor-17", 2, false)
-	cfg, _, err := listeners.TLSConfig(cert, key, p.file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	other := newPKI(t) // a CA the gateway does not trust
 	_, _, stranger := other.issue("stranger", "intruder", 3, false)
 

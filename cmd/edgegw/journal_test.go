@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/edgegw/edgegw/internal/config"
 	"github.com/edgegw/edgegw/internal/testutil"
 )
@@ -121,9 +119,8 @@ func TestBinaryJournalLifecycle(t *testing.T) {
 		t.Fatalf("mosquitto_pub not installed (make test installs mosquitto-clients): %v", err)
 	}
 	dir := t.TempDir()
-	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
-	passwd, acl := filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
-	os.WriteFile(passwd, []byte("alice:"+string(hash)+"\n"), 0o600)
+	passwd := writePasswd(t, filepath.Join(dir, "passwd"), "alice", "right")
+	acl := filepath.Join(dir, "acl")
 	os.WriteFile(acl, []byte("user alice\ntopic readwrite #\n"), 0o600)
 	g := newHarness(t).NoMetrics()
 	g.Auth(true, passwd, acl)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/edgegw/edgegw/internal/config"
 )
 
@@ -33,6 +35,24 @@ func writeConfig(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// writePasswd writes a password file at path: a line user:bcrypt(password)
+// for each user, password pair.
+func writePasswd(t *testing.T, path string, userPassword ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i+1 < len(userPassword); i += 2 {
+		h, err := bcrypt.GenerateFromPassword([]byte(userPassword[i+1]), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(userPassword[i] + ":" + string(h) + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestCheckConfig(t *testing.T) {
@@ -98,6 +118,48 @@ bridges:
 				t.Errorf("failed check-config printed to stdout:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestCheckConfigWarnsAnonymousNetworkListener holds docs/install.md's "A
+// listener off loopback that still accepts anonymous clients is reported by
+// check-config (`warning: ...`)" and docs/config.md's auth section: one
+// warning per tcp or websocket listener bound off loopback while
+// allow_anonymous is true, none for a loopback one, none once anonymous
+// access is off; a warning does not fail the check (exit 0). The gateway's
+// WARN at start is TestRunWarnsAnonymousNetworkListener.
+func TestCheckConfigWarnsAnonymousNetworkListener(t *testing.T) {
+	t.Setenv(config.EnvConfig, "")
+	t.Setenv("JOURNAL_STREAM", "")
+	listeners := `
+listeners:
+  - {name: lan, address: "0.0.0.0:1883"}
+  - {name: web, type: websocket, address: ":8083"}
+  - {name: local, address: "127.0.0.1:1884"}
+`
+	open := writeConfig(t, listeners)
+	code, out, errOut := call(t, "check-config", "--config", open)
+	if code != exitOK || !strings.Contains(out, "name: lan") {
+		t.Fatalf("check-config of an anonymous LAN listener: exit %d, want 0 with the effective config\n%s", code, errOut)
+	}
+	for _, want := range []string{
+		"warning: " + open + `: listeners[0]: listener "lan" on 0.0.0.0:1883 accepts ANONYMOUS clients from the network`,
+		"warning: " + open + `: listeners[1]: listener "web" on :8083 accepts ANONYMOUS clients from the network`,
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks\n%s\n%s", want, errOut)
+		}
+	}
+	if n := strings.Count(errOut, "ANONYMOUS"); n != 2 {
+		t.Errorf("%d anonymous warnings, want 2 (none for the loopback listener):\n%s", n, errOut)
+	}
+
+	// install.md's way to serve the LAN: a password file, anonymous off.
+	passwd := writePasswd(t, filepath.Join(t.TempDir(), "passwd"), "sensor1", "pw")
+	closed := writeConfig(t, listeners+"auth: {allow_anonymous: false, password_file: "+passwd+"}\n")
+	code, _, errOut = call(t, "check-config", "--config", closed)
+	if code != exitOK || strings.Contains(errOut, "ANONYMOUS") {
+		t.Errorf("check-config with allow_anonymous: false: exit %d, stderr:\n%s", code, errOut)
 	}
 }
 

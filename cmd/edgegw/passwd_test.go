@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
@@ -81,12 +79,16 @@ func TestBinaryPasswdOnTerminal(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "passwd")
 	run := func(first, second string) (string, error) {
 		t.Helper()
+		tty, slave := testutil.Pty(t)
 		cmd := exec.Command(bin, "passwd", file, "alice")
-		tty, err := pty.Start(cmd)
-		if err != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true} // the pty is its controlling terminal
+		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer tty.Close()
+		// The child's copy of the slave is then the last: the pty ends
+		// when the child exits.
+		slave.Close()
 		var out testutil.LogBuffer // what it wrote to its terminal
 		copied := make(chan struct{})
 		go func() { // ends at the pty's end: the child exited and its side is closed
@@ -97,7 +99,7 @@ func TestBinaryPasswdOnTerminal(t *testing.T) {
 		tty.WriteString(first + "\n")
 		testutil.Eventually(t, 10*time.Second, "the second prompt", func() bool { return strings.Contains(out.String(), "again: ") })
 		tty.WriteString(second + "\n")
-		err = cmd.Wait()
+		err := cmd.Wait()
 		// What the child wrote last (its error) is in out only once the
 		// copy has read to the pty's end.
 		select {

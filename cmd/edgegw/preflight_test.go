@@ -22,8 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/edgegw/edgegw/internal/config"
 )
 
@@ -134,14 +132,7 @@ bridges:
 	})
 
 	t.Run("warnings pass", func(t *testing.T) {
-		hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		passwd := filepath.Join(dir, "passwd.ok")
-		if err := os.WriteFile(passwd, []byte("alice:"+string(hash)+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		passwd := writePasswd(t, filepath.Join(dir, "passwd.ok"), "alice", "pw")
 		cfg := writeConfig(t, `
 listeners:
   - name: a

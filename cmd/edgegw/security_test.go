@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
@@ -29,15 +27,14 @@ func authGateway(t *testing.T, acl string, users ...string) *harness {
 		}
 	}
 	dir := t.TempDir()
-	var pw strings.Builder
+	var pairs []string
 	for _, u := range users {
-		h, _ := bcrypt.GenerateFromPassword([]byte(u+"pw"), bcrypt.MinCost)
-		pw.WriteString(u + ":" + string(h) + "\n")
+		pairs = append(pairs, u, u+"pw")
 	}
-	os.WriteFile(filepath.Join(dir, "passwd"), []byte(pw.String()), 0o600)
+	passwd := writePasswd(t, filepath.Join(dir, "passwd"), pairs...)
 	os.WriteFile(filepath.Join(dir, "acl"), []byte(acl), 0o600)
 	g := newHarness(t)
-	g.Auth(false, filepath.Join(dir, "passwd"), filepath.Join(dir, "acl"))
+	g.Auth(false, passwd, filepath.Join(dir, "acl"))
 	return g
 }
 

@@ -3,33 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
-	"math/big"
-	"os"
-	"os/exec"
-	"time"
-
-	"github.com/edgegw/edgegw/devices/framing"
-	"github.com/edgegw/edgegw/gateway/packet"
-	"github.com/edgegw/edgegw/internal/testutil"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/edgegw/edgegw/devices/framing"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/auth"
+	"github.com/edgegw/edgegw/gateway/packet"
 	"github.com/edgegw/edgegw/internal/config"
+	"github.com/edgegw/edgegw/internal/testutil"
 )
 
 // TestStatusPageAuth: with metrics.address beyond loopback and a password
@@ -107,33 +99,15 @@ type statusEnv struct {
 	serial *os.File // the sensor's end of the pty
 }
 
-// writeSelfSigned writes a throwaway certificate and key for a TLS listener.
-func writeSelfSigned(t *testing.T, certPath, keyPath string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "edgegw-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-}
-
 func newStatusEnv(t *testing.T) *statusEnv {
 	t.Helper()
 	// mosquitto accepts any user (allow_anonymous true ignores passwords).
 	e := &statusEnv{t: t, dir: t.TempDir(), tls: freePort(t), up: startCloud(t, true), g: newHarness(t)}
-	certPath, keyPath := filepath.Join(e.dir, "listener.crt"), filepath.Join(e.dir, secretKeyName)
-	writeSelfSigned(t, certPath, keyPath)
+	certPath, key := writeCert(t, e.dir, "listener", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	keyPath := filepath.Join(e.dir, secretKeyName) // a name the status page must not show
+	if err := os.Rename(key, keyPath); err != nil {
+		t.Fatal(err)
+	}
 	dev := filepath.Join(e.dir, "ttyRS485")
 	e.g.Listener(listenerConf{Name: "lan-tls", Type: "tcp", Address: e.tls, TLS: map[string]any{"cert": certPath, "key": keyPath}})
 	e.g.Listener(listenerConf{Name: "rs485", Type: "serial", Device: dev, Baud: 115200, Framing: "cobs-crc16"})

@@ -142,31 +142,9 @@ func TestReaderOversizeBoundary(t *testing.T) {
 	}
 }
 
-// timeoutReader returns a deadline error between every chunk.
-type timeoutReader struct {
-	chunks [][]byte
-	flip   bool
-}
-
-func (r *timeoutReader) Read(p []byte) (int, error) {
-	if len(r.chunks) == 0 {
-		return 0, io.EOF
-	}
-	r.flip = !r.flip
-	if r.flip {
-		return 0, os.ErrDeadlineExceeded
-	}
-	n := copy(p, r.chunks[0])
-	r.chunks[0] = r.chunks[0][n:]
-	if len(r.chunks[0]) == 0 {
-		r.chunks = r.chunks[1:]
-	}
-	return n, nil
-}
-
 func TestReaderResumesAfterTimeout(t *testing.T) {
 	f := frames(publishQ0, pingreq)
-	fr := NewReader(&timeoutReader{chunks: [][]byte{f[:3], f[3:9], f[9:]}}, 0)
+	fr := NewReader(&chunkReader{chunks: [][]byte{f[:3], f[3:9], f[9:]}, timeouts: true}, 0)
 	var got [][]byte
 	timeouts := 0
 	for {
@@ -244,13 +222,23 @@ func TestWriterReaderRoundTrip(t *testing.T) {
 	})
 }
 
-// chunkReader returns its chunks one Read at a time.
-type chunkReader struct{ chunks [][]byte }
+// chunkReader returns its chunks one Read at a time; with timeouts, a
+// deadline error comes before each chunk.
+type chunkReader struct {
+	chunks   [][]byte
+	timeouts bool
+	timedOut bool // the last Read returned the deadline error
+}
 
 func (r *chunkReader) Read(p []byte) (int, error) {
 	if len(r.chunks) == 0 {
 		return 0, io.EOF
 	}
+	if r.timeouts && !r.timedOut {
+		r.timedOut = true
+		return 0, os.ErrDeadlineExceeded
+	}
+	r.timedOut = false
 	n := copy(p, r.chunks[0])
 	r.chunks[0] = r.chunks[0][n:]
 	if len(r.chunks[0]) == 0 {

@@ -84,44 +84,55 @@ var (
 )
 
 // genProps draws v5 properties allowed in a packet of type ctx (0 = will).
+// The properties that take any value of their type are drawn by their field's
+// type; the switch holds the ones with a range or shape of their own.
 func genProps(t *rapid.T, ctx packet.Type) packet.Properties {
 	var p packet.Properties
+	anyValue := map[packet.PropID]any{
+		packet.PropPayloadFormat:        &p.PayloadFormat,
+		packet.PropRequestProblemInfo:   &p.RequestProblemInfo,
+		packet.PropRequestResponseInfo:  &p.RequestResponseInfo,
+		packet.PropMaximumQoS:           &p.MaximumQoS,
+		packet.PropRetainAvailable:      &p.RetainAvailable,
+		packet.PropWildcardSubAvailable: &p.WildcardSubAvailable,
+		packet.PropSubIDAvailable:       &p.SubIDAvailable,
+		packet.PropSharedSubAvailable:   &p.SharedSubAvailable,
+		packet.PropServerKeepAlive:      &p.ServerKeepAlive,
+		packet.PropTopicAliasMaximum:    &p.TopicAliasMaximum,
+		packet.PropMessageExpiry:        &p.MessageExpiry,
+		packet.PropSessionExpiry:        &p.SessionExpiry,
+		packet.PropWillDelay:            &p.WillDelay,
+		packet.PropContentType:          &p.ContentType,
+		packet.PropAssignedClientID:     &p.AssignedClientID,
+		packet.PropAuthMethod:           &p.AuthMethod,
+		packet.PropResponseInfo:         &p.ResponseInfo,
+		packet.PropServerReference:      &p.ServerReference,
+		packet.PropReasonString:         &p.ReasonString,
+	}
 	for id := packet.PropID(0); id < 64; id++ {
 		if !packet.AllowedProperty(ctx, id) || !rapid.Bool().Draw(t, "has") {
 			continue
 		}
 		p.Set(id)
+		switch f := anyValue[id].(type) {
+		case *byte: // the byte properties are all 0 or 1
+			*f = rapid.ByteRange(0, 1).Draw(t, "v")
+			continue
+		case *uint16:
+			*f = rapid.Uint16().Draw(t, "v")
+			continue
+		case *uint32:
+			*f = rapid.Uint32().Draw(t, "v")
+			continue
+		case *string:
+			*f = genString(t, "v")
+			continue
+		}
 		switch id {
-		case packet.PropPayloadFormat:
-			p.PayloadFormat = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropRequestProblemInfo:
-			p.RequestProblemInfo = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropRequestResponseInfo:
-			p.RequestResponseInfo = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropMaximumQoS:
-			p.MaximumQoS = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropRetainAvailable:
-			p.RetainAvailable = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropWildcardSubAvailable:
-			p.WildcardSubAvailable = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropSubIDAvailable:
-			p.SubIDAvailable = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropSharedSubAvailable:
-			p.SharedSubAvailable = rapid.ByteRange(0, 1).Draw(t, "v")
-		case packet.PropServerKeepAlive:
-			p.ServerKeepAlive = rapid.Uint16().Draw(t, "v")
 		case packet.PropReceiveMaximum:
 			p.ReceiveMaximum = rapid.Uint16Range(1, 65535).Draw(t, "v")
-		case packet.PropTopicAliasMaximum:
-			p.TopicAliasMaximum = rapid.Uint16().Draw(t, "v")
 		case packet.PropTopicAlias:
 			p.TopicAlias = rapid.Uint16Range(1, 65535).Draw(t, "v")
-		case packet.PropMessageExpiry:
-			p.MessageExpiry = rapid.Uint32().Draw(t, "v")
-		case packet.PropSessionExpiry:
-			p.SessionExpiry = rapid.Uint32().Draw(t, "v")
-		case packet.PropWillDelay:
-			p.WillDelay = rapid.Uint32().Draw(t, "v")
 		case packet.PropMaximumPacketSize:
 			p.MaximumPacketSize = rapid.Uint32Range(1, 1<<32-1).Draw(t, "v")
 		case packet.PropSubscriptionID:
@@ -130,20 +141,8 @@ func genProps(t *rapid.T, ctx packet.Type) packet.Properties {
 				n = rapid.IntRange(1, 3).Draw(t, "n")
 			}
 			p.SubscriptionIDs = rapid.SliceOfN(rapid.Uint32Range(1, 268435455), n, n).Draw(t, "v")
-		case packet.PropContentType:
-			p.ContentType = genString(t, "v")
 		case packet.PropResponseTopic:
 			p.ResponseTopic = genTopic(t, "v")
-		case packet.PropAssignedClientID:
-			p.AssignedClientID = genString(t, "v")
-		case packet.PropAuthMethod:
-			p.AuthMethod = genString(t, "v")
-		case packet.PropResponseInfo:
-			p.ResponseInfo = genString(t, "v")
-		case packet.PropServerReference:
-			p.ServerReference = genString(t, "v")
-		case packet.PropReasonString:
-			p.ReasonString = genString(t, "v")
 		case packet.PropCorrelationData:
 			p.CorrelationData = genBytes(t, "v", 16)
 		case packet.PropAuthData:

@@ -16,11 +16,13 @@ import (
 	"github.com/edgegw/edgegw/gateway/packet"
 )
 
-// toPaho builds the paho packet equivalent to p.
+// toPaho builds the paho packet equivalent to p. The two codecs number the
+// packet types alike (the fixed header's type, 3.1.1 §2.2.1).
 func toPaho(t *rapid.T, p packet.Packet) packets.ControlPacket {
+	cp := packets.NewControlPacket(byte(p.Type()))
 	switch p := p.(type) {
 	case *packet.Connect:
-		c := packets.NewControlPacket(packets.Connect).(*packets.ConnectPacket)
+		c := cp.(*packets.ConnectPacket)
 		c.ProtocolName, c.ProtocolVersion = p.ProtocolName, byte(p.Version)
 		c.CleanSession, c.Keepalive, c.ClientIdentifier = p.CleanStart, p.KeepAlive, p.ClientID
 		if w := p.Will; w != nil {
@@ -28,64 +30,38 @@ func toPaho(t *rapid.T, p packet.Packet) packets.ControlPacket {
 		}
 		c.UsernameFlag, c.Username = p.UsernameFlag, p.Username
 		c.PasswordFlag, c.Password = p.PasswordFlag, p.Password
-		return c
 	case *packet.Connack:
-		c := packets.NewControlPacket(packets.Connack).(*packets.ConnackPacket)
+		c := cp.(*packets.ConnackPacket)
 		c.SessionPresent, c.ReturnCode = p.SessionPresent, byte(p.ReasonCode)
-		return c
 	case *packet.Publish:
-		c := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+		c := cp.(*packets.PublishPacket)
 		c.Dup, c.Qos, c.Retain = p.Dup, p.QoS, p.Retain
 		c.TopicName, c.MessageID, c.Payload = p.Topic, p.PacketID, p.Payload
-		return c
-	case *packet.Puback:
-		c := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
-		c.MessageID = p.PacketID
-		return c
-	case *packet.Pubrec:
-		c := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
-		c.MessageID = p.PacketID
-		return c
-	case *packet.Pubrel:
-		c := packets.NewControlPacket(packets.Pubrel).(*packets.PubrelPacket)
-		c.MessageID = p.PacketID
-		return c
-	case *packet.Pubcomp:
-		c := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
-		c.MessageID = p.PacketID
-		return c
+	case *packet.Puback, *packet.Pubrec, *packet.Pubrel, *packet.Pubcomp, *packet.Unsuback:
+		// At 3.1.1 the packet id is all these carry.
+		id := reflect.ValueOf(p).Elem().FieldByName("PacketID").Uint()
+		reflect.ValueOf(cp).Elem().FieldByName("MessageID").SetUint(id)
 	case *packet.Subscribe:
-		c := packets.NewControlPacket(packets.Subscribe).(*packets.SubscribePacket)
+		c := cp.(*packets.SubscribePacket)
 		c.MessageID = p.PacketID
 		for _, s := range p.Subscriptions {
 			c.Topics = append(c.Topics, s.Filter)
 			c.Qoss = append(c.Qoss, s.QoS)
 		}
-		return c
 	case *packet.Suback:
-		c := packets.NewControlPacket(packets.Suback).(*packets.SubackPacket)
+		c := cp.(*packets.SubackPacket)
 		c.MessageID = p.PacketID
 		for _, rc := range p.ReasonCodes {
 			c.ReturnCodes = append(c.ReturnCodes, byte(rc))
 		}
-		return c
 	case *packet.Unsubscribe:
-		c := packets.NewControlPacket(packets.Unsubscribe).(*packets.UnsubscribePacket)
+		c := cp.(*packets.UnsubscribePacket)
 		c.MessageID, c.Topics = p.PacketID, p.Filters
-		return c
-	case *packet.Unsuback:
-		c := packets.NewControlPacket(packets.Unsuback).(*packets.UnsubackPacket)
-		c.MessageID = p.PacketID
-		return c
-	case *packet.Pingreq:
-		return packets.NewControlPacket(packets.Pingreq)
-	case *packet.Pingresp:
-		return packets.NewControlPacket(packets.Pingresp)
-	case *packet.Disconnect:
-		return packets.NewControlPacket(packets.Disconnect)
+	case *packet.Pingreq, *packet.Pingresp, *packet.Disconnect:
+	default:
+		t.Fatalf("no paho equivalent of %T", p)
 	}
-	t.Fatalf("no paho equivalent of %T", p)
-	return nil
+	return cp
 }
 
 // samePaho compares a packet paho decoded with the one we encoded, field by

@@ -5,70 +5,76 @@ import (
 	"testing"
 )
 
-// TestTreeConcurrent runs writers and readers together; run with -race.
-// Each writer owns its keys, so the final state is known.
-func TestTreeConcurrent(t *testing.T) {
-	tr := NewTree[int]()
-	tr.Add("sensors/#", "always", -1) // never removed: every Match sees it
-	const writers, readers, rounds = 4, 4, 5000
-	filters := []string{"sensors/+/temp", "sensors/a/temp", "sensors/#", "+/+/+", "#", "sensors/a/+"}
+const writers, readers, rounds = 4, 4, 5000
+
+// overlap runs write(w) for each writer and read(fail) for each reader, all
+// released together so they overlap, waits for them all, and reports what
+// the readers failed with. Run with -race.
+func overlap(t *testing.T, write func(w int), read func(fail func(string))) {
 	var wg sync.WaitGroup
-	start := make(chan struct{}) // released together so they overlap
-	errs := make(chan string, readers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			k := "w" + itoa(w)
-			for i := range rounds {
-				f := filters[i%len(filters)]
-				tr.Add(f, k, i)
-				if i%3 != 0 {
-					tr.Remove(f, k)
-				}
-			}
-			for _, f := range filters {
-				tr.Remove(f, k)
-			}
-		}()
+	start := make(chan struct{})
+	errs := make(chan string, writers+readers)
+	fail := func(e string) {
+		select {
+		case errs <- e:
+		default: // enough reported already
+		}
 	}
-	var rwg sync.WaitGroup
-	for range readers {
-		rwg.Add(1)
-		go func() {
-			defer rwg.Done()
+	for w := range writers {
+		wg.Go(func() {
 			<-start
-			for range rounds {
-				sawAlways := false
-				tr.Match("sensors/a/temp", func(f, k string, v int) {
-					if k == "always" {
-						sawAlways = true
-					}
-					if !MatchFilter(f, "sensors/a/temp") {
-						select {
-						case errs <- "bad match " + f:
-						default:
-						}
-					}
-				})
-				if !sawAlways {
-					select {
-					case errs <- "missed the permanent subscription":
-					default:
-					}
-				}
-				_ = tr.Len()
-			}
-		}()
+			write(w)
+		})
+	}
+	for range readers {
+		wg.Go(func() {
+			<-start
+			read(fail)
+		})
 	}
 	close(start)
 	wg.Wait()
-	rwg.Wait()
 	close(errs)
 	for e := range errs {
 		t.Error(e)
 	}
+}
+
+// TestTreeConcurrent runs writers and readers together. Each writer owns
+// its keys, so the final state is known.
+func TestTreeConcurrent(t *testing.T) {
+	tr := NewTree[int]()
+	tr.Add("sensors/#", "always", -1) // never removed: every Match sees it
+	filters := []string{"sensors/+/temp", "sensors/a/temp", "sensors/#", "+/+/+", "#", "sensors/a/+"}
+	overlap(t, func(w int) {
+		k := "w" + itoa(w)
+		for i := range rounds {
+			f := filters[i%len(filters)]
+			tr.Add(f, k, i)
+			if i%3 != 0 {
+				tr.Remove(f, k)
+			}
+		}
+		for _, f := range filters {
+			tr.Remove(f, k)
+		}
+	}, func(fail func(string)) {
+		for range rounds {
+			sawAlways := false
+			tr.Match("sensors/a/temp", func(f, k string, v int) {
+				if k == "always" {
+					sawAlways = true
+				}
+				if !MatchFilter(f, "sensors/a/temp") {
+					fail("bad match " + f)
+				}
+			})
+			if !sawAlways {
+				fail("missed the permanent subscription")
+			}
+			_ = tr.Len()
+		}
+	})
 	if tr.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", tr.Len())
 	}
@@ -78,60 +84,36 @@ func TestTreeConcurrent(t *testing.T) {
 	}
 }
 
+// TestRetainedConcurrent runs writers and readers of retained messages
+// together; each writer owns its topics and deletes them all at the end.
 func TestRetainedConcurrent(t *testing.T) {
 	r := NewRetained[int]()
 	r.Set("sensors/fixed/temp", -1)
-	const writers, readers, rounds = 4, 4, 5000
-	var wg sync.WaitGroup
-	start := make(chan struct{}) // released together so they overlap
-	errs := make(chan string, readers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range rounds {
-				topic := "sensors/w" + itoa(w) + "/" + itoa(i%50)
-				r.Set(topic, i)
-				if i%2 == 0 {
-					r.Delete(topic)
+	overlap(t, func(w int) {
+		for i := range rounds {
+			topic := "sensors/w" + itoa(w) + "/" + itoa(i%50)
+			r.Set(topic, i)
+			if i%2 == 0 {
+				r.Delete(topic)
+			}
+			_, _ = r.Get(topic)
+		}
+		for i := range 50 {
+			r.Delete("sensors/w" + itoa(w) + "/" + itoa(i))
+		}
+	}, func(fail func(string)) {
+		for range rounds {
+			saw := false
+			r.Match("sensors/+/#", func(topic string, v int) {
+				if topic == "sensors/fixed/temp" {
+					saw = true
 				}
-				_, _ = r.Get(topic)
+			})
+			if !saw {
+				fail("missed the fixed topic")
 			}
-			for i := range 50 {
-				r.Delete("sensors/w" + itoa(w) + "/" + itoa(i))
-			}
-		}()
-	}
-	var rwg sync.WaitGroup
-	for range readers {
-		rwg.Add(1)
-		go func() {
-			defer rwg.Done()
-			<-start
-			for range rounds {
-				saw := false
-				r.Match("sensors/+/#", func(topic string, v int) {
-					if topic == "sensors/fixed/temp" {
-						saw = true
-					}
-				})
-				if !saw {
-					select {
-					case errs <- "missed the fixed topic":
-					default:
-					}
-				}
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	rwg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+		}
+	})
 	if r.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", r.Len())
 	}

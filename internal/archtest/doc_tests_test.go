@@ -1,7 +1,6 @@
 package archtest
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,16 +35,7 @@ func TestDocsCiteExistingTests(t *testing.T) {
 	// Every Test/Fuzz/Benchmark func of the module, by directory.
 	defined := map[string]map[string]bool{} // name -> dirs
 	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark)[A-Za-z0-9_]*)\(`)
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "vendor" || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err := walkModule(root, false, func(path string) error {
 		if !strings.HasSuffix(path, "_test.go") {
 			return nil
 		}

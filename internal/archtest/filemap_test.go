@@ -3,7 +3,6 @@ package archtest
 import (
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -71,17 +70,8 @@ func checkFileMap(section string, files []string) (missing, stale []string) {
 func TestFileMapsExact(t *testing.T) {
 	_, root := modulePackages(t)
 	maps := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "vendor" || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.Name() != "doc.go" {
+	err := walkModule(root, false, func(path string) error {
+		if filepath.Base(path) != "doc.go" {
 			return nil
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.PackageClauseOnly|parser.ParseComments)

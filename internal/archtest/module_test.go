@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -71,4 +72,22 @@ func modulePackages(t *testing.T) (map[string]*pkg, string) {
 		t.Fatal(listErr)
 	}
 	return listPkgs, listRoot
+}
+
+// walkModule calls fn for every file below the module root, passing over
+// hidden directories, vendor and, unless withTestdata, testdata.
+func walkModule(root string, withTestdata bool, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || name == "vendor" || (name == "testdata" && !withTestdata)) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return fn(path)
+	})
 }

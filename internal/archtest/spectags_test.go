@@ -2,7 +2,6 @@ package archtest
 
 import (
 	"bufio"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,16 +48,7 @@ func badSpecTags(line string) []string {
 func TestSpecTags(t *testing.T) {
 	_, root := modulePackages(t)
 	files := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err := walkModule(root, true, func(path string) error {
 		if !strings.HasSuffix(path, ".go") || path == filepath.Join(root, "internal", "archtest", "spectags_test.go") {
 			return nil // not a .go file, or this checker with its bad examples
 		}

@@ -125,19 +125,25 @@ func TestMetricsAndHealth(t *testing.T) {
 func TestBridgeSys(t *testing.T) {
 	b := BridgeStatus{Name: "cloud", ConnectFailures: 4, Resumed: 2, LastError: "dial: refused",
 		Spool: SpoolStatus{IDGap: 9, Syncs: 11}}
-	got := make(map[string]string)
-	for _, v := range BridgeSys(b) {
-		got[v.Topic] = v.Value
+	// sys returns b's $SYS topics and values, having checked those in want.
+	sys := func(b BridgeStatus, want map[string]string) map[string]string {
+		t.Helper()
+		got := make(map[string]string)
+		for _, v := range BridgeSys(b) {
+			got[v.Topic] = v.Value
+		}
+		for topic, w := range want {
+			if got[topic] != w {
+				t.Errorf("%s = %q, want %q", topic, got[topic], w)
+			}
+		}
+		return got
 	}
-	for topic, want := range map[string]string{
+	got := sys(b, map[string]string{
 		"$SYS/bridge/cloud/connect_failures": "4", "$SYS/bridge/cloud/resumed": "2",
 		"$SYS/bridge/cloud/spool/id_gap": "9", "$SYS/bridge/cloud/spool/syncs": "11",
 		"$SYS/bridge/cloud/last_error": "dial: refused", "$SYS/bridge/cloud/sent": "0",
-	} {
-		if got[topic] != want {
-			t.Errorf("%s = %q, want %q", topic, got[topic], want)
-		}
-	}
+	})
 	always := 0
 	for _, s := range bridgeTable {
 		if s.only == nil {
@@ -152,22 +158,14 @@ func TestBridgeSys(t *testing.T) {
 	b.UpstreamDropped = map[string]int64{"qos_not_supported": 2}
 	b.Upstream = &UpstreamStatus{Protocol: "5", MaxQoS: 1, RetainAvailable: true, ReceiveMaximum: 20, MaxPacketSize: 1 << 20}
 	b.QoSDowngraded = 5
-	got = make(map[string]string)
-	for _, v := range BridgeSys(b) {
-		got[v.Topic] = v.Value
-	}
-	for topic, want := range map[string]string{
+	got = sys(b, map[string]string{
 		"$SYS/bridge/cloud/budget/used": "7", "$SYS/bridge/cloud/budget/limit": "9",
 		"$SYS/bridge/cloud/budget/period_end": "1800000000", "$SYS/bridge/cloud/rate_limit/bytes_per_second": "3",
 		"$SYS/bridge/cloud/rate_limit/wait_seconds": "0.25", "$SYS/bridge/cloud/upstream/dropped/qos_not_supported": "2",
 		"$SYS/bridge/cloud/upstream/max_qos": "1", "$SYS/bridge/cloud/upstream/retain_available": "1",
 		"$SYS/bridge/cloud/upstream/receive_maximum": "20", "$SYS/bridge/cloud/upstream/maximum_packet_size": "1048576",
 		"$SYS/bridge/cloud/qos/downgraded": "5", "$SYS/bridge/cloud/qos/held": "0",
-	} {
-		if got[topic] != want {
-			t.Errorf("%s = %q, want %q", topic, got[topic], want)
-		}
-	}
+	})
 	if len(got) != len(bridgeTable)+1 {
 		t.Errorf("%d $SYS topics for %d series and one drop reason", len(got), len(bridgeTable))
 	}
