@@ -452,7 +452,7 @@ func bridgeStatuses(bridges []*bridge.Bridge) []metrics.BridgeStatus {
 		bs.QoSDowngraded, bs.QoSHeld = int64(st.QoSDowngraded), st.QoSHeld
 		if u := st.Upstream; u.Protocol != "" {
 			bs.Upstream = &metrics.UpstreamStatus{Protocol: u.Protocol, BridgeFlag: u.BridgeFlag, BridgeFlagRefused: u.BridgeFlagRefused,
-				MaxQoS: int(u.MaxQoS), RetainAvailable: u.RetainAvailable, ReceiveMaximum: u.ReceiveMaximum, MaxPacketSize: u.MaxPacketSize}
+				MaxQoS: int(u.MaxQoS), RetainAvailable: u.RetainAvailable, ReceiveMaximum: u.ReceiveMaximum, MaxPacketSize: u.MaxPacketSize, QoS2Window: u.QoS2Window}
 		}
 		bs.UpstreamDropped = make(map[string]int64)
 		for _, rc := range bridge.PermanentRefusals() { // every reason, zero included

@@ -45,10 +45,14 @@ type UpstreamStatus struct {
 	RetainAvailable   bool
 	ReceiveMaximum    int // MQTT 5 only
 	MaxPacketSize     int // MQTT 5 only; 0: none announced
+	QoS2Window        int // MQTT 3.1.1 only: the QoS 2 window learned from the upstream's closes; 0: none
 }
 
 func hasUpstream(b BridgeStatus) bool  { return b.Upstream != nil }
 func hasUpstream5(b BridgeStatus) bool { return b.Upstream != nil && b.Upstream.Protocol == "5" }
+func hasUpstream311(b BridgeStatus) bool {
+	return b.Upstream != nil && b.Upstream.Protocol == "3.1.1"
+}
 
 // BudgetStatus is a bridge's uplink byte budget (rate_limit, budget).
 type BudgetStatus struct {
@@ -121,6 +125,8 @@ var bridgeTable = []bridgeSeries{
 		func(b BridgeStatus) float64 { return float64(b.Upstream.ReceiveMaximum) }, hasUpstream5},
 	{"edgegw_bridge_upstream_maximum_packet_size_bytes", "MQTT 5: the upstream's Maximum Packet Size (0: none announced).", false, "upstream/maximum_packet_size",
 		func(b BridgeStatus) float64 { return float64(b.Upstream.MaxPacketSize) }, hasUpstream5},
+	{"edgegw_bridge_upstream_qos2_window", "MQTT 3.1.1: the QoS 2 messages in flight the bridge sends at most, learned from an upstream that closed the connection over its quota (below max_inflight_qos2); 0: none learned.", false, "upstream/qos2_window",
+		func(b BridgeStatus) float64 { return float64(b.Upstream.QoS2Window) }, hasUpstream311},
 	{"edgegw_bridge_qos_downgraded_total", "Messages sent upstream at a lower QoS than their rule asks, because the upstream grants no more (qos_not_granted: downgrade).", true, "qos/downgraded",
 		func(b BridgeStatus) float64 { return float64(b.QoSDowngraded) }, nil},
 	{"edgegw_bridge_qos_held", "1 while a message above the upstream's QoS is held in the spool, unsent, with those behind it (qos_not_granted: hold).", false, "qos/held",

@@ -39,7 +39,7 @@ func TestMetricsAndHealth(t *testing.T) {
 				UpstreamDropped: map[string]int64{"not_authorized": 4, "packet_too_large": 0}, UpstreamRetried: 5,
 				Budget:   &BudgetStatus{Used: 1000, Limit: 5000, PeriodEnd: time.Unix(1800000000, 0), Rate: 200, RateWaited: 1500 * time.Millisecond},
 				Upstream: &UpstreamStatus{Protocol: "5", MaxQoS: 1, RetainAvailable: true, ReceiveMaximum: 20}, QoSDowngraded: 7,
-			}, {Name: "plain", Upstream: &UpstreamStatus{Protocol: "3.1.1", BridgeFlagRefused: true, MaxQoS: 2, RetainAvailable: true}}}
+			}, {Name: "plain", Upstream: &UpstreamStatus{Protocol: "3.1.1", BridgeFlagRefused: true, MaxQoS: 2, RetainAvailable: true, QoS2Window: 5}}}
 		},
 		Links: func() []LinkStatus {
 			return []LinkStatus{{Name: "uart0", State: "waiting", BadFrames: map[string]int64{"crc": 2}}}
@@ -96,6 +96,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`edgegw_bridge_upstream_max_qos{bridge="cloud"} 1`,
 		`edgegw_bridge_upstream_receive_maximum{bridge="cloud"} 20`,
 		`edgegw_bridge_upstream_retain_available{bridge="plain"} 1`,
+		`edgegw_bridge_upstream_qos2_window{bridge="plain"} 5`,
 		`edgegw_bridge_qos_downgraded_total{bridge="cloud"} 7`,
 		`edgegw_bridge_qos_held{bridge="cloud"} 0`,
 		"# HELP edgegw_bridge_acked_total Upstream publishes acknowledged. Counts since this process started; the delivery ledger (edgegw_bridge_ledger_messages) counts across restarts.",
@@ -166,8 +167,16 @@ func TestBridgeSys(t *testing.T) {
 		"$SYS/bridge/cloud/upstream/receive_maximum": "20", "$SYS/bridge/cloud/upstream/maximum_packet_size": "1048576",
 		"$SYS/bridge/cloud/qos/downgraded": "5", "$SYS/bridge/cloud/qos/held": "0",
 	})
-	if len(got) != len(bridgeTable)+1 {
-		t.Errorf("%d $SYS topics for %d series and one drop reason", len(got), len(bridgeTable))
+	// Every series, one drop reason, but not the 3.1.1 upstream's learned
+	// QoS 2 window.
+	if _, ok := got["$SYS/bridge/cloud/upstream/qos2_window"]; ok || len(got) != len(bridgeTable) {
+		t.Errorf("%d $SYS topics for %d series and one drop reason, less qos2_window (%v)", len(got), len(bridgeTable), ok)
+	}
+
+	b.Upstream = &UpstreamStatus{Protocol: "3.1.1", MaxQoS: 2, RetainAvailable: true, QoS2Window: 5}
+	got = sys(b, map[string]string{"$SYS/bridge/cloud/upstream/qos2_window": "5", "$SYS/bridge/cloud/upstream/max_qos": "2"})
+	if _, ok := got["$SYS/bridge/cloud/upstream/receive_maximum"]; ok {
+		t.Error("a 3.1.1 upstream has an MQTT 5 receive_maximum topic")
 	}
 }
 

@@ -124,4 +124,8 @@ func TestRenderCountersPerProcess(t *testing.T) {
 			t.Errorf("page lacks %q:\n%s", want, text)
 		}
 	}
+	u311 := Upstream{Protocol: "3.1.1", BridgeFlag: true, MaxQoS: 2, RetainAvailable: true, QoS2Window: 5}
+	if got, want := upstreamText(u311, false), "MQTT 3.1.1 with the bridge flag · max QoS 2 · takes only 5 QoS 2 messages in flight (learned; set max_inflight_qos2)"; got != want {
+		t.Errorf("upstream text %q, want %q", got, want)
+	}
 }

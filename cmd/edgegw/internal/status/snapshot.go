@@ -122,6 +122,7 @@ type Upstream struct {
 	RetainAvailable   bool   `json:"retain_available"`
 	ReceiveMaximum    int    `json:"receive_maximum"`     // MQTT 5; 0 over 3.1.1 (not announced)
 	MaxPacketSize     int    `json:"maximum_packet_size"` // MQTT 5; 0: none announced
+	QoS2Window        int    `json:"qos2_window"`         // MQTT 3.1.1: the QoS 2 window learned from the upstream's closes; 0: none
 }
 
 // Listener is one configured listener and its connected clients.
@@ -195,7 +196,7 @@ func bridgeOf(name string, addresses []string, st bridge.Stats, now time.Time, h
 		QoSNotGranted: st.QoSPolicy, QoSDowngraded: st.QoSDowngraded, QoSHeld: st.QoSHeld}
 	if u := st.Upstream; u.Protocol != "" {
 		br.Upstream = &Upstream{Protocol: u.Protocol, BridgeFlag: u.BridgeFlag, BridgeFlagRefused: u.BridgeFlagRefused,
-			MaxQoS: int(u.MaxQoS), RetainAvailable: u.RetainAvailable, ReceiveMaximum: u.ReceiveMaximum, MaxPacketSize: u.MaxPacketSize}
+			MaxQoS: int(u.MaxQoS), RetainAvailable: u.RetainAvailable, ReceiveMaximum: u.ReceiveMaximum, MaxPacketSize: u.MaxPacketSize, QoS2Window: u.QoS2Window}
 		br.UpstreamText = upstreamText(*br.Upstream, st.QoSHeld)
 	}
 	if h != nil {
@@ -219,6 +220,9 @@ func upstreamText(u Upstream, held bool) string {
 		b.WriteString(" without the bridge flag")
 	}
 	fmt.Fprintf(&b, " · max QoS %d", u.MaxQoS)
+	if u.QoS2Window > 0 {
+		fmt.Fprintf(&b, " · takes only %d QoS 2 messages in flight (learned; set max_inflight_qos2)", u.QoS2Window)
+	}
 	if held {
 		b.WriteString(" (a message above it is HELD, unsent)")
 	}
