@@ -116,6 +116,14 @@ func TestDrainChild(t *testing.T) {
 // one run of 300 records with one kill, short enough for make test.
 const crashDrainRuns = "EDGEGW_CRASH_DRAIN_RUNS"
 
+// With the full run: crashDrainRecords sets the backlog (3,000 unset) and
+// crashDrainRTT a round-trip time between the draining process and the
+// broker (a delaying proxy, half each way; none unset).
+const (
+	crashDrainRecords = "EDGEGW_CRASH_DRAIN_RECORDS"
+	crashDrainRTT     = "EDGEGW_CRASH_DRAIN_RTT"
+)
+
 // TestKillWhileDraining: a backlog of QoS 2 records drains into mosquitto
 // (a persistent session, clean session 0) while the process running the
 // engine is killed with SIGKILL; the restarted process resumes the flows
@@ -125,18 +133,29 @@ func TestKillWhileDraining(t *testing.T) {
 		return
 	}
 	n, runs, kills := 300, 1, []int{3}
+	var rtt time.Duration
 	if v := os.Getenv(crashDrainRuns); v != "" {
 		r, err := strconv.Atoi(v)
 		if err != nil || r < 1 {
 			t.Fatalf("%s=%q: want a number of runs", crashDrainRuns, v)
 		}
 		n, runs, kills = 3000, r, []int{4, 2}
+		if v := os.Getenv(crashDrainRecords); v != "" {
+			if n, err = strconv.Atoi(v); err != nil || n < 10 {
+				t.Fatalf("%s=%q: want a number of records, at least 10", crashDrainRecords, v)
+			}
+		}
+		if v := os.Getenv(crashDrainRTT); v != "" {
+			if rtt, err = time.ParseDuration(v); err != nil || rtt < 0 {
+				t.Fatalf("%s=%q: want a duration", crashDrainRTT, v)
+			}
+		}
 	}
 	versions(t, func(t *testing.T, v packet.Version) {
 		for run := 1; run <= runs; run++ {
 			t.Run("run"+strconv.Itoa(run), func(t *testing.T) { // its broker ends with it
-				dups, lost := killWhileDraining(t, v, n, kills)
-				t.Logf("CRASH-DRAIN v%s run %d: %d records, %d kills: %d duplicates, %d lost", v, run, n, len(kills), dups, lost)
+				dups, lost := killWhileDraining(t, v, n, kills, rtt)
+				t.Logf("CRASH-DRAIN v%s run %d: %d records, %d kills, RTT %v: %d duplicates, %d lost", v, run, n, len(kills), rtt, dups, lost)
 				if dups > 0 || lost > 0 {
 					t.Errorf("%d duplicates, %d lost; want exactly once", dups, lost)
 				}
@@ -147,10 +166,19 @@ func TestKillWhileDraining(t *testing.T) {
 
 // killWhileDraining drains n QoS 2 records into a new mosquitto, killing
 // the draining process once n/k of them arrived, for each k of kills,
-// and returns the duplicates and the lost messages.
-func killWhileDraining(t *testing.T, v packet.Version, n int, kills []int) (dups, lost int) {
+// and returns the duplicates and the lost messages. With rtt > 0 the
+// draining process reaches the broker through a proxy that delays each
+// way by rtt/2.
+func killWhileDraining(t *testing.T, v packet.Version, n int, kills []int, rtt time.Duration) (dups, lost int) {
 	up := startBroker(t, "max_queued_messages 100000\n")
 	s := subscribe(t, up.addr, "drain/#")
+	drainAddr := up.addr
+	if rtt > 0 {
+		p := testutil.StartProxy(t, up.addr)
+		p.SetDelay(testutil.Up, rtt/2)
+		p.SetDelay(testutil.Down, rtt/2)
+		drainAddr = p.Addr()
+	}
 	dir := t.TempDir()
 	sp, err := spool.Open(spool.Options{Dir: dir})
 	if err != nil {
@@ -170,7 +198,7 @@ func killWhileDraining(t *testing.T, v packet.Version, n int, kills []int) (dups
 	}
 	child := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestDrainChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envDir+"="+dir, envAddr+"="+up.addr, envVer+"="+strconv.Itoa(int(v)), envSync+"=batch")
+		cmd.Env = append(os.Environ(), envDir+"="+dir, envAddr+"="+drainAddr, envVer+"="+strconv.Itoa(int(v)), envSync+"=batch")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
