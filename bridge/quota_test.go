@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,10 +220,11 @@ func TestQoS2WindowLearned(t *testing.T) {
 			})
 			gw := startGateway(t)
 			px := startProxy(t, up.addr())
+			quotaStats := func() (int, int) { return 0, 0 }
 			if tc.closing {
-				px.setQoS2Quota(tc.quota)
+				quotaStats = qos2Quota(px, tc.quota)
 			}
-			px.setRefuse(true) // the outage: the backlog builds in the spool
+			px.Refuse(true) // the outage: the backlog builds in the spool
 			cfg := testConfig(t, "b1", px.url())
 			cfg.Protocol = tc.proto
 			cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, tc.qos2
@@ -244,7 +246,7 @@ func TestQoS2WindowLearned(t *testing.T) {
 			testutil.Eventually(t, 30*time.Second, "the backlog in the spool", func() bool { return b.Stats().SpoolMessages == n })
 
 			up0 := time.Now()
-			px.setRefuse(false)
+			px.Refuse(false)
 			testutil.Eventually(t, 120*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 			drained := time.Since(up0)
 			publish(t, lc, "sensors/end", 2, "end")
@@ -254,7 +256,7 @@ func TestQoS2WindowLearned(t *testing.T) {
 			all := rxOf(upSub.all())
 			got := countDistinct(all, "site-a/sensors/t1")
 			st := b.Stats()
-			closes, peak := px.quotaStats()
+			closes, peak := quotaStats()
 			t.Logf("QOS2-WINDOW %s: %d of %d arrived, drained in %s, %d connections, %d closed for the quota, peak held %d, learned window %d",
 				tc.name, got, n, drained.Round(time.Millisecond), st.Connects, closes, peak, st.Upstream.QoS2Window)
 			if got != n {
@@ -281,5 +283,70 @@ func TestQoS2WindowLearned(t *testing.T) {
 				t.Errorf("the broker held at most %d QoS 2 flows at once; want the full window, %d", peak, tc.quota)
 			}
 		})
+	}
+}
+
+// qos2Quota makes px a broker that closes the connection at a QoS 2
+// PUBLISH of a new id while its session holds quota flows (PUBLISH
+// forwarded, no PUBREL yet), across connections as a persistent session
+// keeps them, as mosquitto 2.0 releases after Debian's 2.0.11 do
+// ("receive maximum exceeded"; 2.0.11 acknowledges and drops it
+// instead). It closes once the bridge has the broker's PUBRECs of what
+// came before on the connection. It returns the connections closed for
+// the quota and the most flows the session held at once.
+func qos2Quota(px proxy, quota int) (stats func() (closes, maxHeld int)) {
+	var mu sync.Mutex
+	held := map[uint16]bool{}       // the session's flows
+	unanswered := map[uint16]bool{} // QoS 2 ids of the connection with no PUBREC yet
+	answered := make(chan struct{}, 1)
+	var closes, maxHeld int
+	px.Filter(testutil.Up, func(b []byte) testutil.Verdict {
+		p := readMQTT(b)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case p.typ == 1:
+			clear(unanswered)
+			if _, flags := p.connectFlags(); flags&0x02 != 0 { // clean session
+				clear(held)
+			}
+		case p.typ == 6:
+			delete(held, p.id)
+		case p.typ == 3 && p.qos == 2 && !held[p.id]:
+			if len(held) < quota {
+				held[p.id], unanswered[p.id] = true, true
+				maxHeld = max(maxHeld, len(held))
+				break
+			}
+			closes++
+			// The broker answers what it read before, then closes.
+			for len(unanswered) > 0 {
+				mu.Unlock()
+				select {
+				case <-answered:
+				case <-time.After(10 * time.Second): // the connection is gone
+				}
+				mu.Lock()
+			}
+			return testutil.Close
+		}
+		return testutil.Pass
+	})
+	px.Filter(testutil.Down, func(b []byte) testutil.Verdict {
+		if p := readMQTT(b); p.typ == 5 {
+			mu.Lock()
+			delete(unanswered, p.id)
+			mu.Unlock()
+			select {
+			case answered <- struct{}{}:
+			default:
+			}
+		}
+		return testutil.Pass
+	})
+	return func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return closes, maxHeld
 	}
 }
