@@ -36,11 +36,7 @@ func TestQoS2IntoDefaultMosquitto(t *testing.T) {
 	// -race on a loaded machine falls that far behind (320 of 3,000 seen
 	// "lost" that way, none by the bridge).
 	upSub := subProcess(t, up.addr(), "sensors/#")
-	upc := client(t, up.addr(), "up-ready")
-	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
-		publish(t, upc, "sensors/ready", 0, "r")
-		return upSub.len() > 0
-	})
+	subscribed(t, up, upSub, "sensors/ready")
 	b := runBridge(t, cfg, gw.srv)
 	b.waitState(t, bridge.Connected)
 
@@ -49,20 +45,11 @@ func TestQoS2IntoDefaultMosquitto(t *testing.T) {
 	for i := range toks {
 		toks[i] = lc.Publish("sensors/t1", 2, false, "m"+strconv.Itoa(i))
 	}
-	for i, tok := range toks {
-		if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-			t.Fatalf("local publish %d: %v", i, tok.Error())
-		}
-	}
+	waitTokens(t, toks, 30*time.Second)
 	// Every message was PUBREC'd locally; wait until the bridge has them
 	// all completed upstream (PUBCOMP), then for the subscriber.
 	testutil.Eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
-	// mosquitto delivers one client's messages in order: once a last one
-	// has arrived, every earlier one that mosquitto kept has too.
-	publish(t, lc, "sensors/end", 2, "end")
-	testutil.Eventually(t, 10*time.Second, "the end marker", func() bool {
-		return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "sensors/end" })
-	})
+	endMarker(t, lc, upSub, "sensors/end", "sensors/end")
 
 	all := rxOf(upSub.all())
 	got := countDistinct(all, "sensors/t1")
@@ -105,11 +92,7 @@ func testMixedQoSIntoDefaultMosquitto(t *testing.T, proto string) {
 	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
 	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
 	upSub := subProcess(t, up.addr(), "sensors/#")
-	upc := client(t, up.addr(), "up-ready")
-	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
-		publish(t, upc, "sensors/ready", 0, "r")
-		return upSub.len() > 0
-	})
+	subscribed(t, up, upSub, "sensors/ready")
 	b := runBridge(t, cfg, gw.srv)
 	b.waitState(t, bridge.Connected)
 
@@ -119,16 +102,9 @@ func testMixedQoSIntoDefaultMosquitto(t *testing.T, proto string) {
 		qos := byte(1 + i%2)
 		toks[i] = lc.Publish("sensors/q"+strconv.Itoa(int(qos)), qos, false, "m"+strconv.Itoa(i/2))
 	}
-	for i, tok := range toks {
-		if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-			t.Fatalf("local publish %d: %v", i, tok.Error())
-		}
-	}
+	waitTokens(t, toks, 30*time.Second)
 	testutil.Eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
-	publish(t, lc, "sensors/end", 2, "end")
-	testutil.Eventually(t, 10*time.Second, "the end marker", func() bool {
-		return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "sensors/end" })
-	})
+	endMarker(t, lc, upSub, "sensors/end", "sensors/end")
 
 	all := rxOf(upSub.all())
 	got1, got2 := countDistinct(all, "sensors/q1"), countDistinct(all, "sensors/q2")
@@ -142,6 +118,39 @@ func testMixedQoSIntoDefaultMosquitto(t *testing.T, proto string) {
 	if dups := inOrder(t, all, "sensors/q2", "m", n/2); dups != 0 {
 		t.Errorf("%d QoS 2 duplicates; want exactly once", dups)
 	}
+}
+
+// subscribed publishes probes to topic at up until upSub has one: the
+// subscription is in place.
+func subscribed(t *testing.T, up *mosquitto, upSub *timedCollector, topic string) {
+	t.Helper()
+	upc := client(t, up.addr(), "up-ready")
+	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
+		publish(t, upc, topic, 0, "r")
+		return upSub.len() > 0
+	})
+}
+
+// waitTokens waits (within each) for every local publish's token.
+func waitTokens(t *testing.T, toks []mqtt.Token, within time.Duration) {
+	t.Helper()
+	for i, tok := range toks {
+		if !tok.WaitTimeout(within) || tok.Error() != nil {
+			t.Fatalf("local publish %d: %v", i, tok.Error())
+		}
+	}
+}
+
+// endMarker publishes a QoS 2 marker to topic after everything lc sent,
+// and waits for it upstream (as upTopic): mosquitto delivers one client's
+// messages in order, so once it arrived every earlier one that mosquitto
+// kept has too.
+func endMarker(t *testing.T, lc mqtt.Client, upSub *timedCollector, topic, upTopic string) {
+	t.Helper()
+	publish(t, lc, topic, 2, "end")
+	testutil.Eventually(t, 30*time.Second, "the end marker", func() bool {
+		return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == upTopic })
+	})
 }
 
 // persistentSub is a mosquitto_sub with a persistent session at QoS 2,
@@ -213,11 +222,7 @@ func TestQoS2WindowLearned(t *testing.T) {
 			const n = 3000
 			up := startMosquittoConf(t, "max_inflight_messages "+strconv.Itoa(tc.quota)+"\n")
 			upSub := persistentSub(t, up.addr(), "site-a/#")
-			upc := client(t, up.addr(), "up-ready")
-			testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
-				publish(t, upc, "site-a/ready", 0, "r")
-				return upSub.len() > 0
-			})
+			subscribed(t, up, upSub, "site-a/ready")
 			gw := startGateway(t)
 			px := startProxy(t, up.addr())
 			quotaStats := func() (int, int) { return 0, 0 }
@@ -238,21 +243,14 @@ func TestQoS2WindowLearned(t *testing.T) {
 			for i := range toks {
 				toks[i] = lc.Publish("sensors/t1", 2, false, "m"+strconv.Itoa(i))
 			}
-			for i, tok := range toks {
-				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
-					t.Fatalf("local publish %d: %v", i, tok.Error())
-				}
-			}
+			waitTokens(t, toks, 60*time.Second)
 			testutil.Eventually(t, 30*time.Second, "the backlog in the spool", func() bool { return b.Stats().SpoolMessages == n })
 
 			up0 := time.Now()
 			px.Refuse(false)
 			testutil.Eventually(t, 120*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 			drained := time.Since(up0)
-			publish(t, lc, "sensors/end", 2, "end")
-			testutil.Eventually(t, 30*time.Second, "the end marker", func() bool {
-				return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "site-a/sensors/end" })
-			})
+			endMarker(t, lc, upSub, "sensors/end", "site-a/sensors/end")
 			all := rxOf(upSub.all())
 			got := countDistinct(all, "site-a/sensors/t1")
 			st := b.Stats()
