@@ -17,6 +17,28 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
+// intoDefaultMosquitto runs a bridge over proto with its default windows
+// into a mosquitto with its default configuration, sensors/# out at QoS 2;
+// it returns the bridge, connected, a subscriber to sensors/# upstream and
+// a local publisher. The subscriber is mosquitto_sub, not a Go client: a
+// subscriber more than 1,000 behind has messages dropped by a default
+// mosquitto, and a Go client under -race on a loaded machine falls that
+// far behind (320 of 3,000 seen "lost" that way, none by the bridge).
+func intoDefaultMosquitto(t *testing.T, proto string) (*running, *timedCollector, mqtt.Client) {
+	t.Helper()
+	up := startMosquittoDefault(t)
+	gw := startGateway(t)
+	cfg := testConfig(t, "b1", up.url())
+	cfg.Protocol = proto
+	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
+	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
+	upSub := subProcess(t, up.addr(), "sensors/#")
+	subscribed(t, up, upSub, "sensors/ready")
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+	return b, upSub, client(t, gw.addr, "local-pub")
+}
+
 // TestQoS2IntoDefaultMosquitto is issue 12 point 1: QoS 2 bridged over
 // MQTT 3.1.1 into a mosquitto with its default configuration, with the
 // bridge's default windows. mosquitto takes at most max_inflight_messages
@@ -26,21 +48,7 @@ import (
 // arrive, exactly once and in order.
 func TestQoS2IntoDefaultMosquitto(t *testing.T) {
 	const n = 3000
-	up := startMosquittoDefault(t)
-	gw := startGateway(t)
-	cfg := testConfig(t, "b1", up.url())
-	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
-	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
-	// mosquitto_sub, not a Go client: a subscriber more than 1,000 behind
-	// has messages dropped by a default mosquitto, and a Go client under
-	// -race on a loaded machine falls that far behind (320 of 3,000 seen
-	// "lost" that way, none by the bridge).
-	upSub := subProcess(t, up.addr(), "sensors/#")
-	subscribed(t, up, upSub, "sensors/ready")
-	b := runBridge(t, cfg, gw.srv)
-	b.waitState(t, bridge.Connected)
-
-	lc := client(t, gw.addr, "local-pub")
+	b, upSub, lc := intoDefaultMosquitto(t, bridge.Protocol311)
 	toks := make([]mqtt.Token, n)
 	for i := range toks {
 		toks[i] = lc.Publish("sensors/t1", 2, false, "m"+strconv.Itoa(i))
@@ -85,18 +93,7 @@ func TestMixedQoSIntoDefaultMosquitto(t *testing.T) {
 
 func testMixedQoSIntoDefaultMosquitto(t *testing.T, proto string) {
 	const n = 2000 // n/2 of each QoS
-	up := startMosquittoDefault(t)
-	gw := startGateway(t)
-	cfg := testConfig(t, "b1", up.url())
-	cfg.Protocol = proto
-	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
-	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
-	upSub := subProcess(t, up.addr(), "sensors/#")
-	subscribed(t, up, upSub, "sensors/ready")
-	b := runBridge(t, cfg, gw.srv)
-	b.waitState(t, bridge.Connected)
-
-	lc := client(t, gw.addr, "local-pub")
+	b, upSub, lc := intoDefaultMosquitto(t, proto)
 	toks := make([]mqtt.Token, n)
 	for i := range toks {
 		qos := byte(1 + i%2)
