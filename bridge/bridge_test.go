@@ -177,11 +177,11 @@ func TestOutageBacklog(t *testing.T) {
 		t.Fatalf("spool holds %d, want %d", st.SpoolMessages, n)
 	}
 
-	px.setRefuse(true)
+	px.Refuse(true)
 	up.Start()
 	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
 	start := time.Now()
-	px.setRefuse(false)
+	px.Refuse(false)
 	b.waitState(t, bridge.Connected)
 	connected := time.Now()
 	testutil.Eventually(t, 60*time.Second, "backlog upstream", func() bool {
@@ -305,8 +305,8 @@ func TestHalfOpenUplink(t *testing.T) {
 			// publishes were sent and postpones the watchdog by a period.
 			testutil.Eventually(t, 10*time.Second, "first batch acked", func() bool { return b.Stats().SpoolMessages == 0 })
 
-			px.freeze()
-			pxPlain.freeze()
+			px.Freeze()
+			pxPlain.Freeze()
 			frozen := time.Now()
 			for i := range tc.small { // not waited for: they cannot be acked
 				plain.Publish("plain/t1", 1, false, "b"+strconv.Itoa(i))
@@ -346,8 +346,8 @@ func TestHalfOpenUplink(t *testing.T) {
 					tc.name, plainKeepAlive, plainPahoCap, plain.IsConnectionOpen())
 			}
 
-			px.unfreeze()
-			pxPlain.unfreeze()
+			px.Thaw()
+			pxPlain.Thaw()
 			b.waitState(t, bridge.Connected)
 			testutil.Eventually(t, 20*time.Second, "everything after unfreeze", func() bool {
 				all := upSub.all()
@@ -369,7 +369,8 @@ func TestBoundedInflight(t *testing.T) {
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
-	px.setAckDelay(20 * time.Millisecond)
+	px.SetDelay(testutil.Down, 20*time.Millisecond)
+	fl := watchFlows(px)
 	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
 	cfg := testConfig(t, "b1", px.url())
 	cfg.MaxInflight = 4
@@ -399,8 +400,8 @@ func TestBoundedInflight(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	inOrder(t, upSub.all(), "site-a/sensors/t1", "m", n)
-	t.Logf("max unacked at the proxy %d, max Stats.InFlight %d, window %d", px.maxOutstanding(), maxSeen, cfg.MaxInflight)
-	if got := px.maxOutstanding(); got > cfg.MaxInflight || got < 2 {
+	t.Logf("max unacked at the proxy %d, max Stats.InFlight %d, window %d", fl.maxOutstanding(), maxSeen, cfg.MaxInflight)
+	if got := fl.maxOutstanding(); got > cfg.MaxInflight || got < 2 {
 		t.Errorf("unacked PUBLISH at the proxy peaked at %d, window %d", got, cfg.MaxInflight)
 	}
 	if maxSeen > int64(cfg.MaxInflight) {
@@ -442,7 +443,7 @@ func TestFlappingUplinkKeepsOneSpoolWaiter(t *testing.T) {
 	b := runBridge(t, testConfig(t, "b1", px.url()), gw.srv)
 	b.waitState(t, bridge.Connected)
 	for i := 1; i <= rounds; i++ {
-		px.reset()
+		px.Cut()
 		testutil.Eventually(t, 10*time.Second, "reconnect", func() bool {
 			st := b.Stats()
 			return st.Connects == uint64(i+1) && st.State == bridge.Connected
@@ -472,7 +473,7 @@ func TestReconnectChurn(t *testing.T) {
 	round := func(i int) {
 		t.Helper()
 		publishMany(t, lc, "sensors/t1", per, "r"+strconv.Itoa(i)+"-")
-		px.reset()
+		px.Cut()
 		testutil.Eventually(t, 10*time.Second, "reconnect", func() bool {
 			st := b.Stats()
 			return st.Connects == uint64(i+2) && st.State == bridge.Connected

@@ -131,7 +131,8 @@ func testDrain(t *testing.T, tc drainCase) {
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
 	px.setLink(tc.oneWay, tc.rate)
-	px.setRefuse(true) // the outage
+	fl := watchFlows(px)
+	px.Refuse(true) // the outage
 
 	cfg := testConfig(t, "b1", px.url())
 	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
@@ -191,7 +192,7 @@ func testDrain(t *testing.T, tc drainCase) {
 	}()
 
 	up0 := time.Now()
-	px.setRefuse(false)
+	px.Refuse(false)
 	var maxWindow, maxBytes int64
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -249,7 +250,7 @@ func testDrain(t *testing.T, tc drainCase) {
 		"live %d p50 %s p99 %s; unacked at the proxy max %d, window max %d B, in flight max %d B, min rtt %s; link use %.0f%%",
 		tc.name, tc.n, 2*tc.oneWay, tc.rate, drain.Round(time.Millisecond), float64(tc.n)/drain.Seconds(),
 		float64(tc.n)/last.Sub(first).Seconds(), len(lat), pct(lat, 50), pct(lat, 99),
-		px.maxOutstanding(), maxWindow, maxBytes, st.MinRTT.Round(time.Millisecond), linkUse(px, tc, drain))
+		fl.maxOutstanding(), maxWindow, maxBytes, st.MinRTT.Round(time.Millisecond), linkUse(px, tc, drain))
 
 	// First copies in order within each QoS (the broker releases a QoS 2
 	// message at PUBREL, so a QoS 1 message sent after it may arrive
@@ -289,8 +290,8 @@ func testDrain(t *testing.T, tc drainCase) {
 	if st.SpoolDropped != 0 {
 		t.Errorf("spool dropped %d", st.SpoolDropped)
 	}
-	if tc.qos(0) == 2 && px.maxOutstanding() > bridge.DefaultMaxInflightQoS2 {
-		t.Errorf("%d QoS 2 flows in flight at once, above mosquitto's quota %d", px.maxOutstanding(), bridge.DefaultMaxInflightQoS2)
+	if tc.qos(0) == 2 && fl.maxOutstanding() > bridge.DefaultMaxInflightQoS2 {
+		t.Errorf("%d QoS 2 flows in flight at once, above mosquitto's quota %d", fl.maxOutstanding(), bridge.DefaultMaxInflightQoS2)
 	}
 	if tc.opens && maxWindow <= 64<<10 {
 		// Not a speed: the window grew past its initial 64 KiB.
@@ -316,9 +317,9 @@ func pct(ds []time.Duration, p int) time.Duration {
 
 // linkUse is the share of a rate-limited link's capacity the bridge used
 // while draining (0 for an unlimited link).
-func linkUse(px *proxy, tc drainCase, drain time.Duration) float64 {
+func linkUse(px proxy, tc drainCase, drain time.Duration) float64 {
 	if tc.rate == 0 {
 		return 0
 	}
-	return 100 * float64(px.forwarded()) / (float64(tc.rate) * drain.Seconds())
+	return 100 * float64(px.Bytes(testutil.Up)) / (float64(tc.rate) * drain.Seconds())
 }

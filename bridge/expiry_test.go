@@ -33,8 +33,8 @@ func TestStaleNeverSent(t *testing.T) {
 	publish(t, lc, "stale/live", 1, "live")
 	testutil.Eventually(t, 10*time.Second, "the live max_age message upstream", func() bool { return upSub.has("site/stale/live", "live") })
 
-	px.setRefuse(true)
-	px.reset()
+	px.Refuse(true)
+	px.Cut()
 	b.waitState(t, bridge.Disconnected)
 	for i := range 5 {
 		publish(t, lc, "stale/t", 1, "s"+strconv.Itoa(i))
@@ -51,7 +51,7 @@ func TestStaleNeverSent(t *testing.T) {
 	}
 	expired := time.Now().Add(1100 * time.Millisecond) // every expiry above has passed by then
 	testutil.Eventually(t, 5*time.Second, "the expiries passed", func() bool { return time.Now().After(expired) })
-	px.setRefuse(false)
+	px.Refuse(false)
 	b.waitState(t, bridge.Connected)
 	publish(t, lc, "fresh/end", 1, "end")
 	testutil.Eventually(t, 10*time.Second, "the end marker upstream", func() bool { return upSub.has("site/fresh/end", "end") })

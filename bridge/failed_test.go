@@ -16,6 +16,21 @@ import (
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
+// unopenable makes cfg's spool directory a file, creates the bridge and
+// returns it with the error of its Open.
+func unopenable(t *testing.T, cfg *bridge.Config, gw *local) (*bridge.Bridge, error) {
+	t.Helper()
+	cfg.SpoolDir = filepath.Join(t.TempDir(), "spool")
+	if err := os.WriteFile(cfg.SpoolDir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bridge.New(*cfg, gw.srv, testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, b.Open()
+}
+
 // TestSpoolCannotOpen: a bridge whose spool directory is a file is Failed,
 // not fatal. Open returns the cause, the retained state topic says
 // "failed", a local QoS 1 message for it is not acknowledged (its spool
@@ -29,15 +44,7 @@ func TestSpoolCannotOpen(t *testing.T) {
 	gw := startGateway(t)
 	upSub := subscribe(t, up.addr(), "up-sub", "site-a/#", 1)
 	cfg := testConfig(t, "b1", up.url())
-	cfg.SpoolDir = filepath.Join(t.TempDir(), "spool")
-	if err := os.WriteFile(cfg.SpoolDir, []byte("not a directory"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b, err := bridge.New(cfg, gw.srv, testLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = b.Open()
+	b, err := unopenable(t, &cfg, gw)
 	if err == nil || !strings.Contains(err.Error(), "open spool") {
 		t.Fatalf("Open = %v; want the spool's error", err)
 	}
@@ -88,15 +95,8 @@ func TestFailedBridgesForwardEachOthersState(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		cfg := testConfig(t, name, "tcp://127.0.0.1:1")
 		cfg.Topics = []bridge.Rule{{Pattern: "$SYS/bridge/#", Direction: bridge.Out, QoS: 1, RemotePrefix: "site/"}}
-		cfg.SpoolDir = filepath.Join(t.TempDir(), "spool")
-		if err := os.WriteFile(cfg.SpoolDir, []byte("not a directory"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		b, err := bridge.New(cfg, gw.srv, testLog())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Open(); err == nil {
+		b, err := unopenable(t, &cfg, gw)
+		if err == nil {
 			t.Fatal("Open of an unopenable spool succeeded")
 		}
 		bs = append(bs, b)

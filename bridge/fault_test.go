@@ -99,10 +99,10 @@ func TestBrokerNotBlockedByBlackhole(t *testing.T) {
 
 	base := measure("base")
 	sentBefore := b.Stats().Sent
-	px.freeze()
+	px.Freeze()
 	black := measure("black")
 	st := b.Stats()
-	px.unfreeze()
+	px.Thaw()
 	// Any detector will do (the engine's ack watchdog and keepalive race here).
 	if st.State != bridge.Disconnected || st.Disconnects == 0 {
 		t.Errorf("the blackhole was not detected during its phase: %+v", st)
@@ -152,7 +152,8 @@ func testQoS2AcrossOutage(t *testing.T, clean bool, outages int) {
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
-	px.setAckDelay(10 * time.Millisecond)
+	fl := watchFlows(px)
+	px.SetDelay(testutil.Down, 10*time.Millisecond)
 	cfg := testConfig(t, "b1", px.url())
 	cfg.CleanSession = clean
 	cfg.Topics = []bridge.Rule{{Pattern: "q2/#", Direction: bridge.Out, QoS: 2, RemotePrefix: "site-a/"}}
@@ -179,11 +180,11 @@ func testQoS2AcrossOutage(t *testing.T, clean bool, outages int) {
 		pub(n, before)
 		n += before
 		inFlight = append(inFlight, b.Stats().InFlight)
-		px.freeze()
+		px.Freeze()
 		pub(n, during)
 		n += during
 		b.waitState(t, bridge.Disconnected)
-		px.unfreeze()
+		px.Thaw()
 		b.waitState(t, bridge.Connected)
 	}
 	testutil.Eventually(t, 30*time.Second, "all QoS 2 messages upstream", func() bool {
@@ -198,7 +199,7 @@ func testQoS2AcrossOutage(t *testing.T, clean bool, outages int) {
 		}
 	}
 	st := b.Stats()
-	_, dupPub, resentRel := px.counts()
+	_, dupPub, resentRel := fl.counts()
 	t.Logf("QOS2 clean_session=%v published=%d outages=%d delivered=%d distinct=%d duplicates=%d in-flight at freezes=%v disconnects=%d sent=%d resumed=%d (DUP PUBLISH %d, re-sent PUBREL %d) acked=%d",
 		clean, n, outages, len(all), n, dups, inFlight, st.Disconnects, st.Sent, st.Resumed, dupPub, resentRel, st.Acked)
 	if !clean {
@@ -234,6 +235,7 @@ func TestQoS2LostAck(t *testing.T) {
 			up := startMosquitto(t)
 			gw := startGateway(t)
 			px := startProxy(t, up.addr())
+			fl := watchFlows(px)
 			cfg := testConfig(t, "b1", px.url())
 			cfg.CleanSession = false
 			cfg.AckTimeout = time.Minute // the test cuts the connection itself
@@ -243,7 +245,7 @@ func TestQoS2LostAck(t *testing.T) {
 			b.waitState(t, bridge.Connected)
 			lc := client(t, gw.addr, "local-pub")
 
-			px.swallow(tc.typ)
+			fl.swallow(tc.typ)
 			toks := make([]mqtt.Token, n/2)
 			for i := range toks {
 				toks[i] = lc.Publish("q2/t", 2, false, "m"+strconv.Itoa(i))
@@ -254,11 +256,11 @@ func TestQoS2LostAck(t *testing.T) {
 				}
 			}
 			testutil.Eventually(t, 10*time.Second, "a full window of acks swallowed", func() bool {
-				sw, _, _ := px.counts()
+				sw, _, _ := fl.counts()
 				return sw >= cfg.MaxInflight
 			})
-			px.swallow(0)
-			px.reset()
+			fl.swallow(0)
+			px.Cut()
 			b.waitState(t, bridge.Disconnected)
 			b.waitState(t, bridge.Connected)
 			for i := n / 2; i < n; i++ {
@@ -269,7 +271,7 @@ func TestQoS2LostAck(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // a late duplicate would arrive now
 			all := upSub.all()
 			dups := inOrder(t, all, "q2/t", "m", n)
-			sw, dupPub, resentRel := px.counts()
+			sw, dupPub, resentRel := fl.counts()
 			st := b.Stats()
 			t.Logf("QOS2 lost=%s swallowed=%d resumed=%d DUP PUBLISH=%d re-sent PUBREL=%d delivered=%d duplicates=%d",
 				tc.name, sw, st.Resumed, dupPub, resentRel, len(all), dups)
@@ -325,7 +327,7 @@ func testQoS2Restart(t *testing.T, crash bool) {
 	for i := range toks {
 		if i == first {
 			testutil.Eventually(t, 5*time.Second, "the first batch upstream", func() bool { return b1.Stats().Acked == first })
-			px.setAckDelay(200 * time.Millisecond)
+			px.SetDelay(testutil.Down, 200*time.Millisecond)
 		}
 		toks[i] = lc.Publish("q2/t", 2, false, "m"+strconv.Itoa(i))
 	}
@@ -336,15 +338,15 @@ func testQoS2Restart(t *testing.T, crash bool) {
 	}
 	testutil.Eventually(t, 5*time.Second, "a full window in flight", func() bool { return b1.Stats().InFlight == int64(cfg.MaxInflight) })
 	if crash {
-		px.freeze() // the broker has the PUBLISHes; its PUBRECs never come back
+		px.Freeze() // the broker has the PUBLISHes; its PUBRECs never come back
 	}
 	b1.stop(t)
 	st1 := b1.Stats()
 	if crash {
-		px.unfreeze()
-		px.reset()
+		px.Thaw()
+		px.Cut()
 	}
-	px.setAckDelay(0)
+	px.SetDelay(testutil.Down, 0)
 
 	b2 := runBridge(t, cfg, gw.srv)
 	testutil.Eventually(t, 20*time.Second, "all messages upstream", func() bool { return countDistinct(upSub.all(), "q2/t") == n })

@@ -43,13 +43,13 @@ func linkName(window int) string {
 }
 
 // outage makes the uplink go down and stay down until the returned func.
-func outage(t *testing.T, px *proxy, b *running) (end func()) {
+func outage(t *testing.T, px proxy, b *running) (end func()) {
 	t.Helper()
-	px.setRefuse(true)
-	px.reset()
+	px.Refuse(true)
+	px.Cut()
 	b.waitState(t, bridge.Disconnected)
 	return func() {
-		px.setRefuse(false)
+		px.Refuse(false)
 		b.waitState(t, bridge.Connected)
 	}
 }
@@ -72,7 +72,7 @@ func testHighFirst(t *testing.T, proto string, window int) {
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
-	px.setAckDelay(5 * time.Millisecond) // an uplink with a round trip: the drain takes a while
+	px.SetDelay(testutil.Down, 5*time.Millisecond) // an uplink with a round trip: the drain takes a while
 	prefix := "b"
 	if window == bridge.MaxInflightAuto {
 		// The auto window starts at 64 KiB: 2,000 readings of 25 bytes
@@ -180,9 +180,9 @@ const drainAcks = 50
 
 // holding reports whether the proxy holds acks back and lets none
 // through.
-func holding(px *proxy) func() bool {
+func holding(fl *flows) func() bool {
 	return func() bool {
-		held, pass := px.acksHeld()
+		held, pass := fl.acksHeld()
 		return held > 0 && pass == 0
 	}
 }
@@ -210,7 +210,8 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 	up := startMosquitto(t)
 	gw := startGateway(t)
 	px := startProxy(t, up.addr())
-	px.setAckDelay(5 * time.Millisecond)
+	fl := watchFlows(px)
+	px.SetDelay(testutil.Down, 5*time.Millisecond)
 	prefix := map[byte]string{'b': "b", 'l': "l"}
 	if window == bridge.MaxInflightAuto {
 		// 100-byte readings (a sensor's) on a link of 128 KiB/s: the
@@ -241,25 +242,25 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 
 	end := outage(t, px, b)
 	publishBacklog(t, lc, "sensors/t", qos, prefix['b'], backlog)
-	px.holdAcks(drainAcks)
+	fl.holdAcks(drainAcks)
 	end()
-	testutil.Eventually(t, 20*time.Second, "the drain under way, its acks held", holding(px))
+	testutil.Eventually(t, 20*time.Second, "the drain under way, its acks held", holding(fl))
 	if reset {
 		// Flows in flight are resumed under their packet ids: the held
 		// acks make sure there are some. Live messages are those
 		// accepted during the new connection: wait for it, not for the
 		// old one's state. The acks of the old connection go with it.
 		connects := b.Stats().Connects
-		px.reset()
-		px.holdAcks(drainAcks)
+		px.Cut()
+		fl.holdAcks(drainAcks)
 		testutil.Eventually(t, 15*time.Second, "the reconnect", func() bool {
 			st := b.Stats()
 			return st.Connects > connects && st.State == bridge.Connected
 		})
-		testutil.Eventually(t, 20*time.Second, "the drain under way again, its acks held", holding(px))
+		testutil.Eventually(t, 20*time.Second, "the drain under way again, its acks held", holding(fl))
 	}
 	if drain != bridge.DrainLiveFirst {
-		px.releaseAcks()
+		fl.releaseAcks()
 	}
 	start := time.Now()
 	var worst time.Duration
@@ -270,11 +271,11 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 		publish(t, lc, "sensors/t", qos, payload)
 		if drain == bridge.DrainLiveFirst {
 			testutil.Eventually(t, 20*time.Second, "live message sent", func() bool {
-				if px.published(payload) {
+				if fl.published(payload) {
 					return true
 				}
-				if holding(px)() {
-					px.passAcks(1)
+				if holding(fl)() {
+					fl.passAcks(1)
 					passed++
 				}
 				return false
@@ -283,7 +284,7 @@ func testDrainOrder(t *testing.T, proto, drain string, window int, qos byte, bac
 		testutil.Eventually(t, 20*time.Second, "live message upstream", func() bool { return upSub.has("site/sensors/t", payload) })
 		worst = max(worst, time.Since(sent))
 	}
-	px.releaseAcks()
+	fl.releaseAcks()
 	waitDrained(t, upSub, "site/sensors/t", backlog+live)
 	drained := time.Since(start)
 

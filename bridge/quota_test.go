@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,28 @@ import (
 	"github.com/edgegw/edgegw/bridge"
 	"github.com/edgegw/edgegw/internal/testutil"
 )
+
+// intoDefaultMosquitto runs a bridge over proto with its default windows
+// into a mosquitto with its default configuration, sensors/# out at QoS 2;
+// it returns the bridge, connected, a subscriber to sensors/# upstream and
+// a local publisher. The subscriber is mosquitto_sub, not a Go client: a
+// subscriber more than 1,000 behind has messages dropped by a default
+// mosquitto, and a Go client under -race on a loaded machine falls that
+// far behind (320 of 3,000 seen "lost" that way, none by the bridge).
+func intoDefaultMosquitto(t *testing.T, proto string) (*running, *timedCollector, mqtt.Client) {
+	t.Helper()
+	up := startMosquittoDefault(t)
+	gw := startGateway(t)
+	cfg := testConfig(t, "b1", up.url())
+	cfg.Protocol = proto
+	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
+	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
+	upSub := subProcess(t, up.addr(), "sensors/#")
+	subscribed(t, up, upSub, "sensors/ready")
+	b := runBridge(t, cfg, gw.srv)
+	b.waitState(t, bridge.Connected)
+	return b, upSub, client(t, gw.addr, "local-pub")
+}
 
 // TestQoS2IntoDefaultMosquitto is issue 12 point 1: QoS 2 bridged over
 // MQTT 3.1.1 into a mosquitto with its default configuration, with the
@@ -25,43 +48,16 @@ import (
 // arrive, exactly once and in order.
 func TestQoS2IntoDefaultMosquitto(t *testing.T) {
 	const n = 3000
-	up := startMosquittoDefault(t)
-	gw := startGateway(t)
-	cfg := testConfig(t, "b1", up.url())
-	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
-	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
-	// mosquitto_sub, not a Go client: a subscriber more than 1,000 behind
-	// has messages dropped by a default mosquitto, and a Go client under
-	// -race on a loaded machine falls that far behind (320 of 3,000 seen
-	// "lost" that way, none by the bridge).
-	upSub := subProcess(t, up.addr(), "sensors/#")
-	upc := client(t, up.addr(), "up-ready")
-	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
-		publish(t, upc, "sensors/ready", 0, "r")
-		return upSub.len() > 0
-	})
-	b := runBridge(t, cfg, gw.srv)
-	b.waitState(t, bridge.Connected)
-
-	lc := client(t, gw.addr, "local-pub")
+	b, upSub, lc := intoDefaultMosquitto(t, bridge.Protocol311)
 	toks := make([]mqtt.Token, n)
 	for i := range toks {
 		toks[i] = lc.Publish("sensors/t1", 2, false, "m"+strconv.Itoa(i))
 	}
-	for i, tok := range toks {
-		if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-			t.Fatalf("local publish %d: %v", i, tok.Error())
-		}
-	}
+	waitTokens(t, toks, 30*time.Second)
 	// Every message was PUBREC'd locally; wait until the bridge has them
 	// all completed upstream (PUBCOMP), then for the subscriber.
 	testutil.Eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
-	// mosquitto delivers one client's messages in order: once a last one
-	// has arrived, every earlier one that mosquitto kept has too.
-	publish(t, lc, "sensors/end", 2, "end")
-	testutil.Eventually(t, 10*time.Second, "the end marker", func() bool {
-		return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "sensors/end" })
-	})
+	endMarker(t, lc, upSub, "sensors/end", "sensors/end")
 
 	all := rxOf(upSub.all())
 	got := countDistinct(all, "sensors/t1")
@@ -97,37 +93,15 @@ func TestMixedQoSIntoDefaultMosquitto(t *testing.T) {
 
 func testMixedQoSIntoDefaultMosquitto(t *testing.T, proto string) {
 	const n = 2000 // n/2 of each QoS
-	up := startMosquittoDefault(t)
-	gw := startGateway(t)
-	cfg := testConfig(t, "b1", up.url())
-	cfg.Protocol = proto
-	cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, 0 // the defaults: auto, 20
-	cfg.Topics = []bridge.Rule{{Pattern: "sensors/#", Direction: bridge.Out, QoS: 2}}
-	upSub := subProcess(t, up.addr(), "sensors/#")
-	upc := client(t, up.addr(), "up-ready")
-	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
-		publish(t, upc, "sensors/ready", 0, "r")
-		return upSub.len() > 0
-	})
-	b := runBridge(t, cfg, gw.srv)
-	b.waitState(t, bridge.Connected)
-
-	lc := client(t, gw.addr, "local-pub")
+	b, upSub, lc := intoDefaultMosquitto(t, proto)
 	toks := make([]mqtt.Token, n)
 	for i := range toks {
 		qos := byte(1 + i%2)
 		toks[i] = lc.Publish("sensors/q"+strconv.Itoa(int(qos)), qos, false, "m"+strconv.Itoa(i/2))
 	}
-	for i, tok := range toks {
-		if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-			t.Fatalf("local publish %d: %v", i, tok.Error())
-		}
-	}
+	waitTokens(t, toks, 30*time.Second)
 	testutil.Eventually(t, 60*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
-	publish(t, lc, "sensors/end", 2, "end")
-	testutil.Eventually(t, 10*time.Second, "the end marker", func() bool {
-		return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "sensors/end" })
-	})
+	endMarker(t, lc, upSub, "sensors/end", "sensors/end")
 
 	all := rxOf(upSub.all())
 	got1, got2 := countDistinct(all, "sensors/q1"), countDistinct(all, "sensors/q2")
@@ -141,6 +115,39 @@ func testMixedQoSIntoDefaultMosquitto(t *testing.T, proto string) {
 	if dups := inOrder(t, all, "sensors/q2", "m", n/2); dups != 0 {
 		t.Errorf("%d QoS 2 duplicates; want exactly once", dups)
 	}
+}
+
+// subscribed publishes probes to topic at up until upSub has one: the
+// subscription is in place.
+func subscribed(t *testing.T, up *mosquitto, upSub *timedCollector, topic string) {
+	t.Helper()
+	upc := client(t, up.addr(), "up-ready")
+	testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
+		publish(t, upc, topic, 0, "r")
+		return upSub.len() > 0
+	})
+}
+
+// waitTokens waits (within each) for every local publish's token.
+func waitTokens(t *testing.T, toks []mqtt.Token, within time.Duration) {
+	t.Helper()
+	for i, tok := range toks {
+		if !tok.WaitTimeout(within) || tok.Error() != nil {
+			t.Fatalf("local publish %d: %v", i, tok.Error())
+		}
+	}
+}
+
+// endMarker publishes a QoS 2 marker to topic after everything lc sent,
+// and waits for it upstream (as upTopic): mosquitto delivers one client's
+// messages in order, so once it arrived every earlier one that mosquitto
+// kept has too.
+func endMarker(t *testing.T, lc mqtt.Client, upSub *timedCollector, topic, upTopic string) {
+	t.Helper()
+	publish(t, lc, topic, 2, "end")
+	testutil.Eventually(t, 30*time.Second, "the end marker", func() bool {
+		return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == upTopic })
+	})
 }
 
 // persistentSub is a mosquitto_sub with a persistent session at QoS 2,
@@ -212,17 +219,14 @@ func TestQoS2WindowLearned(t *testing.T) {
 			const n = 3000
 			up := startMosquittoConf(t, "max_inflight_messages "+strconv.Itoa(tc.quota)+"\n")
 			upSub := persistentSub(t, up.addr(), "site-a/#")
-			upc := client(t, up.addr(), "up-ready")
-			testutil.Eventually(t, 10*time.Second, "mosquitto_sub subscribed", func() bool {
-				publish(t, upc, "site-a/ready", 0, "r")
-				return upSub.len() > 0
-			})
+			subscribed(t, up, upSub, "site-a/ready")
 			gw := startGateway(t)
 			px := startProxy(t, up.addr())
+			quotaStats := func() (int, int) { return 0, 0 }
 			if tc.closing {
-				px.setQoS2Quota(tc.quota)
+				quotaStats = qos2Quota(px, tc.quota)
 			}
-			px.setRefuse(true) // the outage: the backlog builds in the spool
+			px.Refuse(true) // the outage: the backlog builds in the spool
 			cfg := testConfig(t, "b1", px.url())
 			cfg.Protocol = tc.proto
 			cfg.MaxInflight, cfg.MaxInflightQoS2 = 0, tc.qos2
@@ -236,25 +240,18 @@ func TestQoS2WindowLearned(t *testing.T) {
 			for i := range toks {
 				toks[i] = lc.Publish("sensors/t1", 2, false, "m"+strconv.Itoa(i))
 			}
-			for i, tok := range toks {
-				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
-					t.Fatalf("local publish %d: %v", i, tok.Error())
-				}
-			}
+			waitTokens(t, toks, 60*time.Second)
 			testutil.Eventually(t, 30*time.Second, "the backlog in the spool", func() bool { return b.Stats().SpoolMessages == n })
 
 			up0 := time.Now()
-			px.setRefuse(false)
+			px.Refuse(false)
 			testutil.Eventually(t, 120*time.Second, "spool empty", func() bool { return b.Stats().SpoolMessages == 0 })
 			drained := time.Since(up0)
-			publish(t, lc, "sensors/end", 2, "end")
-			testutil.Eventually(t, 30*time.Second, "the end marker", func() bool {
-				return slices.ContainsFunc(upSub.all(), func(a arrival) bool { return a.topic == "site-a/sensors/end" })
-			})
+			endMarker(t, lc, upSub, "sensors/end", "site-a/sensors/end")
 			all := rxOf(upSub.all())
 			got := countDistinct(all, "site-a/sensors/t1")
 			st := b.Stats()
-			closes, peak := px.quotaStats()
+			closes, peak := quotaStats()
 			t.Logf("QOS2-WINDOW %s: %d of %d arrived, drained in %s, %d connections, %d closed for the quota, peak held %d, learned window %d",
 				tc.name, got, n, drained.Round(time.Millisecond), st.Connects, closes, peak, st.Upstream.QoS2Window)
 			if got != n {
@@ -281,5 +278,70 @@ func TestQoS2WindowLearned(t *testing.T) {
 				t.Errorf("the broker held at most %d QoS 2 flows at once; want the full window, %d", peak, tc.quota)
 			}
 		})
+	}
+}
+
+// qos2Quota makes px a broker that closes the connection at a QoS 2
+// PUBLISH of a new id while its session holds quota flows (PUBLISH
+// forwarded, no PUBREL yet), across connections as a persistent session
+// keeps them, as mosquitto 2.0 releases after Debian's 2.0.11 do
+// ("receive maximum exceeded"; 2.0.11 acknowledges and drops it
+// instead). It closes once the bridge has the broker's PUBRECs of what
+// came before on the connection. It returns the connections closed for
+// the quota and the most flows the session held at once.
+func qos2Quota(px proxy, quota int) (stats func() (closes, maxHeld int)) {
+	var mu sync.Mutex
+	held := map[uint16]bool{}       // the session's flows
+	unanswered := map[uint16]bool{} // QoS 2 ids of the connection with no PUBREC yet
+	answered := make(chan struct{}, 1)
+	var closes, maxHeld int
+	px.Filter(testutil.Up, func(b []byte) testutil.Verdict {
+		p := readMQTT(b)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case p.typ == 1:
+			clear(unanswered)
+			if _, flags := p.connectFlags(); flags&0x02 != 0 { // clean session
+				clear(held)
+			}
+		case p.typ == 6:
+			delete(held, p.id)
+		case p.typ == 3 && p.qos == 2 && !held[p.id]:
+			if len(held) < quota {
+				held[p.id], unanswered[p.id] = true, true
+				maxHeld = max(maxHeld, len(held))
+				break
+			}
+			closes++
+			// The broker answers what it read before, then closes.
+			for len(unanswered) > 0 {
+				mu.Unlock()
+				select {
+				case <-answered:
+				case <-time.After(10 * time.Second): // the connection is gone
+				}
+				mu.Lock()
+			}
+			return testutil.Close
+		}
+		return testutil.Pass
+	})
+	px.Filter(testutil.Down, func(b []byte) testutil.Verdict {
+		if p := readMQTT(b); p.typ == 5 {
+			mu.Lock()
+			delete(unanswered, p.id)
+			mu.Unlock()
+			select {
+			case answered <- struct{}{}:
+			default:
+			}
+		}
+		return testutil.Pass
+	})
+	return func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return closes, maxHeld
 	}
 }

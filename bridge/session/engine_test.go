@@ -3,6 +3,7 @@ package session_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -133,6 +134,42 @@ func connect(t *testing.T, e *session.Engine, addr string) *session.Link {
 	return l
 }
 
+// proxied is an engine connected to a mosquitto through a proxy.
+type proxied struct {
+	up    *broker
+	px    *testutil.Proxy
+	store *session.MemStore
+	e     *session.Engine
+	l     *session.Link
+}
+
+// startProxied starts a mosquitto (extra: its tuning) and a proxy in
+// front of it, and connects a new engine with cfg through the proxy.
+func startProxied(t *testing.T, cfg session.Config, extra string) *proxied {
+	t.Helper()
+	r := &proxied{up: startBroker(t, extra), store: session.NewMemStore()}
+	r.px = testutil.StartProxy(t, r.up.addr)
+	var err error
+	if r.e, err = session.New(cfg, r.store); err != nil {
+		t.Fatal(err)
+	}
+	r.l = connect(t, r.e, r.px.Addr())
+	return r
+}
+
+// linkEnds waits (within) for link l to end, with an error that is want.
+func linkEnds(t *testing.T, l *session.Link, within time.Duration, want error) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("the link is still up after %s, want it ended by %v", within, want)
+	}
+	if err := l.Err(); !errors.Is(err, want) {
+		t.Fatalf("link ended with %v, want %v", err, want)
+	}
+}
+
 // msg is record rec's message: QoS 1 for odd records, 2 for even ones.
 func msg(rec uint64) *packet.Publish {
 	return &packet.Publish{Topic: "up/t", QoS: byte(2 - rec%2), Payload: []byte("m" + strconv.FormatUint(rec, 10))}
@@ -200,20 +237,14 @@ func TestFlowsIntoMosquitto(t *testing.T) {
 func TestResumeWithSessionPresent(t *testing.T) {
 	versions(t, func(t *testing.T, v packet.Version) {
 		const n = 400
-		up := startBroker(t, "max_queued_messages 100000\n")
-		s := subscribe(t, up.addr, "up/#")
-		px := startProxy(t, up.addr)
-		store := session.NewMemStore()
-		e, err := session.New(config(v), store)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := connect(t, e, px.addr())
+		r := startProxied(t, config(v), "max_queued_messages 100000\n")
+		s := subscribe(t, r.up.addr, "up/#")
+		e, l, store := r.e, r.l, r.store
 		s.ready(t, l, "up/probe")
 		var cuts, resumed int
 		for rec := uint64(1); rec <= n; rec++ {
 			if rec%100 == 50 {
-				px.cut() // flows of the last window are in flight
+				r.px.Cut() // flows of the last window are in flight
 				cuts++
 			}
 			for {
@@ -222,7 +253,7 @@ func TestResumeWithSessionPresent(t *testing.T) {
 				}
 				<-l.Done()
 				l.Close(false)
-				l = connect(t, e, px.addr())
+				l = connect(t, e, r.px.Addr())
 				if !l.SessionPresent {
 					t.Fatal("session not present after a cut")
 				}
@@ -253,15 +284,9 @@ func TestResumeWithSessionPresent(t *testing.T) {
 // acknowledged: their records stay) and go again as new messages.
 func TestSessionPresentZeroResetsFlows(t *testing.T) {
 	versions(t, func(t *testing.T, v packet.Version) {
-		up := startBroker(t, "")
-		px := startProxy(t, up.addr)
-		store := session.NewMemStore()
-		e, err := session.New(config(v), store)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := connect(t, e, px.addr())
-		px.freeze() // nothing reaches the broker: every flow stays in flight
+		r := startProxied(t, config(v), "")
+		up, px, store, e, l := r.up, r.px, r.store, r.e, r.l
+		px.Freeze() // nothing reaches the broker: every flow stays in flight
 		var flows []*session.Flow
 		for rec := uint64(1); rec <= 10; rec++ {
 			f, err := l.Publish(context.Background(), rec, msg(rec))
@@ -272,12 +297,12 @@ func TestSessionPresentZeroResetsFlows(t *testing.T) {
 		}
 		up.Kill()
 		up.Start()
-		px.thaw()
-		px.cut()
+		px.Thaw()
+		px.Cut()
 		<-l.Done()
 		l.Close(false)
 		s := subscribe(t, up.addr, "up/#")
-		l = connect(t, e, px.addr())
+		l = connect(t, e, px.Addr())
 		if l.SessionPresent {
 			t.Fatal("session present on a restarted broker without persistence")
 		}
@@ -320,27 +345,11 @@ func TestSessionPresentZeroResetsFlows(t *testing.T) {
 // the keepalive of the last packet read.
 func TestSilentPeerFoundByKeepalive(t *testing.T) {
 	versions(t, func(t *testing.T, v packet.Version) {
-		up := startBroker(t, "")
-		px := startProxy(t, up.addr)
 		cfg := config(v)
 		cfg.KeepAlive = 2 * time.Second
-		e, err := session.New(cfg, session.NewMemStore())
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := connect(t, e, px.addr())
-		px.freeze()
-		testutil.Eventually(t, cfg.KeepAlive*3/2+time.Second, "silent peer found", func() bool {
-			select {
-			case <-l.Done():
-				return true
-			default:
-				return false
-			}
-		})
-		if err := l.Err(); !errors.Is(err, session.ErrKeepalive) {
-			t.Fatalf("link ended with %v, want the keepalive", err)
-		}
+		r := startProxied(t, cfg, "")
+		r.px.Freeze()
+		linkEnds(t, r.l, cfg.KeepAlive*3/2+time.Second, session.ErrKeepalive)
 	})
 }
 
@@ -350,16 +359,11 @@ func TestSilentPeerFoundByKeepalive(t *testing.T) {
 // or the watchdog could (field report 003).
 func TestStuckWriteFoundWithinWriteTimeout(t *testing.T) {
 	versions(t, func(t *testing.T, v packet.Version) {
-		up := startBroker(t, "")
-		px := startProxy(t, up.addr)
 		cfg := config(v)
 		cfg.KeepAlive, cfg.AckTimeout, cfg.WriteTimeout = 60*time.Second, 60*time.Second, time.Second
-		e, err := session.New(cfg, session.NewMemStore())
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := connect(t, e, px.addr())
-		px.freeze()
+		r := startProxied(t, cfg, "")
+		l := r.l
+		r.px.Freeze()
 		payload := make([]byte, 256<<10)
 		var stuck time.Time
 		for i := 0; ; i++ {
@@ -375,9 +379,7 @@ func TestStuckWriteFoundWithinWriteTimeout(t *testing.T) {
 				t.Fatal("200 MB written into a frozen proxy")
 			}
 		}
-		if err := l.Err(); !errors.Is(err, wire.ErrWriteTimeout) {
-			t.Fatalf("link ended with %v, want a write timeout", err)
-		}
+		linkEnds(t, l, cfg.WriteTimeout, wire.ErrWriteTimeout)
 	})
 }
 
@@ -386,30 +388,14 @@ func TestStuckWriteFoundWithinWriteTimeout(t *testing.T) {
 // (keepalive far away).
 func TestAckWatchdog(t *testing.T) {
 	versions(t, func(t *testing.T, v packet.Version) {
-		up := startBroker(t, "")
-		px := startProxy(t, up.addr)
 		cfg := config(v)
 		cfg.KeepAlive, cfg.AckTimeout = 60*time.Second, time.Second
-		e, err := session.New(cfg, session.NewMemStore())
-		if err != nil {
+		r := startProxied(t, cfg, "")
+		r.px.Freeze()
+		if _, err := r.l.Publish(context.Background(), 1, msg(1)); err != nil {
 			t.Fatal(err)
 		}
-		l := connect(t, e, px.addr())
-		px.freeze()
-		if _, err := l.Publish(context.Background(), 1, msg(1)); err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, cfg.AckTimeout+2*time.Second, "watchdog trip", func() bool {
-			select {
-			case <-l.Done():
-				return true
-			default:
-				return false
-			}
-		})
-		if err := l.Err(); !errors.Is(err, session.ErrWatchdog) {
-			t.Fatalf("link ended with %v, want the watchdog", err)
-		}
+		linkEnds(t, r.l, cfg.AckTimeout+2*time.Second, session.ErrWatchdog)
 	})
 }
 
@@ -464,4 +450,209 @@ func TestServerDisconnectSaysItsReason(t *testing.T) {
 	if !errors.Is(err, session.ErrServerDisconnect) {
 		t.Errorf("%v is not ErrServerDisconnect", err)
 	}
+}
+
+// packetID returns the packet id of pkt, a whole MQTT packet, and whether
+// it has one that starts a flow or a request: a QoS 1/2 PUBLISH not
+// marked DUP, a SUBSCRIBE, an UNSUBSCRIBE. answers reports the id of a
+// PUBACK, PUBCOMP, SUBACK or UNSUBACK: the end of one.
+func packetID(pkt []byte) (id uint16, starts, answers bool) {
+	body := pkt[1:]
+	for body[0]&0x80 != 0 { // the remaining length
+		body = body[1:]
+	}
+	body = body[1:]
+	switch typ := pkt[0] >> 4; {
+	case typ == 3 && pkt[0]&0x06 != 0:
+		tl := int(binary.BigEndian.Uint16(body))
+		return binary.BigEndian.Uint16(body[2+tl:]), pkt[0]&0x08 == 0, false
+	case typ == 8 || typ == 10:
+		return binary.BigEndian.Uint16(body), true, false
+	case typ == 4 || typ == 7 || typ == 9 || typ == 11:
+		return binary.BigEndian.Uint16(body), false, true
+	}
+	return 0, false, false
+}
+
+// idWatch reads the packet ids on the wire: every id a new publish or
+// request takes must be other than 0 and free, not held by a flow or
+// request the engine was not yet answered. While holding, it holds the
+// answers back at the proxy; they end their flows when the test lets
+// them go (release).
+type idWatch struct {
+	px       *testutil.Proxy
+	mu       sync.Mutex
+	inFlight map[uint16]string // id: the packet that took it
+	held     []uint16          // answered at the proxy, held back
+	holding  bool
+	subID    uint16 // the SUBSCRIBE's id
+	subSeen  bool
+	bad      []string
+}
+
+func watchIDs(px *testutil.Proxy) *idWatch {
+	w := &idWatch{px: px, inFlight: map[uint16]string{}, holding: true}
+	px.Filter(testutil.Up, func(pkt []byte) testutil.Verdict {
+		id, starts, _ := packetID(pkt)
+		if !starts {
+			return testutil.Pass
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		what := fmt.Sprintf("packet type %d ending %q", pkt[0]>>4, pkt[max(0, len(pkt)-8):])
+		if id == 0 || w.inFlight[id] != "" {
+			w.bad = append(w.bad, fmt.Sprintf("%s took id %d, held by %q", what, id, w.inFlight[id]))
+		}
+		w.inFlight[id] = what
+		if pkt[0]>>4 == 8 {
+			w.subID, w.subSeen = id, true
+		}
+		return testutil.Pass
+	})
+	px.Filter(testutil.Down, func(pkt []byte) testutil.Verdict {
+		id, _, answers := packetID(pkt)
+		if !answers {
+			return testutil.Pass
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.holding {
+			w.held = append(w.held, id)
+			return testutil.Hold
+		}
+		delete(w.inFlight, id)
+		return testutil.Pass
+	})
+	return w
+}
+
+// release lets the held answers go, and every later one.
+func (w *idWatch) release() {
+	w.mu.Lock()
+	for _, id := range w.held {
+		delete(w.inFlight, id)
+	}
+	w.held, w.holding = nil, false
+	w.mu.Unlock()
+	w.px.Allow(testutil.Down, -1)
+}
+
+// sub returns the SUBSCRIBE's id, and whether it was seen.
+func (w *idWatch) sub() (uint16, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.subID, w.subSeen
+}
+
+// TestPacketIDsWrap: packet ids go round past 65535 to 1, never 0, and
+// never to an id still in flight. A record's id repeats every 65,535
+// records; a QoS 1 record whose id is held (by a flow or a pending
+// SUBSCRIBE) takes the next free one, a QoS 2 record waits for its own;
+// the look for a free id wraps past 65535 to 1 too. With every answer held
+// back at the proxy, records 65533 to 65535 take their own ids, a
+// SUBSCRIBE (the look starting at 65533) takes 1, records 131071 and 65537
+// (ids 1 and 2, taken) take 2 and 3, and the QoS 2 records 65536 and 65538
+// wait for 1 and 3; once the answers go, every message arrives exactly
+// once.
+func TestPacketIDsWrap(t *testing.T) {
+	versions(t, func(t *testing.T, v packet.Version) {
+		up := startBroker(t, "")
+		s := subscribe(t, up.addr, "up/#")
+		px := testutil.StartProxy(t, up.addr)
+		w := watchIDs(px)
+		store := session.NewMemStore()
+		e, err := session.New(config(v), store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := connect(t, e, px.Addr())
+		s.ready(t, l, "up/probe")
+		session.SetNextID(e, 65533)
+
+		type want struct {
+			rec uint64
+			qos byte
+			id  uint16
+		}
+		pub := func(w want) *session.Flow {
+			t.Helper()
+			f, err := l.Publish(context.Background(), w.rec, &packet.Publish{Topic: "up/t", QoS: w.qos, Payload: []byte("m" + strconv.FormatUint(w.rec, 10))})
+			if err != nil {
+				t.Fatalf("publish %d: %v", w.rec, err)
+			}
+			if f.ID != w.id {
+				t.Errorf("record %d (QoS %d) went under id %d, want %d", w.rec, w.qos, f.ID, w.id)
+			}
+			return f
+		}
+		var flows []*session.Flow
+		for _, w := range []want{{65533, 1, 65533}, {65534, 2, 65534}, {65535, 1, 65535}} {
+			flows = append(flows, pub(w))
+		}
+		subscribed := make(chan error, 1)
+		go func() {
+			_, err := l.Subscribe(context.Background(), []packet.Subscription{{Filter: "down/wrap", QoS: 1}})
+			subscribed <- err
+		}()
+		testutil.Eventually(t, 10*time.Second, "the SUBSCRIBE on the wire", func() bool { _, seen := w.sub(); return seen })
+		if id, _ := w.sub(); id != 1 {
+			t.Errorf("the SUBSCRIBE went under id %d, want 1 (65534 and 65535 taken, 0 never)", id)
+		}
+		waiting := []want{{65536, 2, 1}, {65538, 2, 3}} // their ids are taken
+		waited := make(chan *session.Flow, len(waiting))
+		go func() { waited <- pub(waiting[0]) }()
+		for _, w := range []want{{131071, 1, 2}, {65537, 1, 3}} {
+			flows = append(flows, pub(w))
+		}
+		go func() { waited <- pub(waiting[1]) }()
+		flows = append(flows, pub(want{65539, 1, 4}))
+		var recs []uint64
+		for _, f := range e.Pending() {
+			recs = append(recs, f.Rec)
+		}
+		if fmt.Sprint(recs) != "[65533 65534 65535 65537 65539 131071]" {
+			t.Errorf("flows in flight %v: the QoS 2 records 65536 and 65538 must wait for their ids", recs)
+		}
+
+		w.release()
+		if err := <-subscribed; err != nil {
+			t.Fatalf("subscribe: %v", err)
+		}
+		for range waiting {
+			select {
+			case f := <-waited:
+				flows = append(flows, f)
+			case <-time.After(10 * time.Second):
+				t.Fatal("a QoS 2 record still waits for its id after every answer came")
+			}
+		}
+		for _, f := range flows {
+			select {
+			case <-f.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the flow of record %d (id %d) did not end", f.Rec, f.ID)
+			}
+		}
+		testutil.Eventually(t, 10*time.Second, "every message received", func() bool {
+			for _, f := range flows {
+				if !s.has("m" + strconv.FormatUint(f.Rec, 10)) {
+					return false
+				}
+			}
+			return true
+		})
+		for _, f := range flows {
+			if n := s.count("m" + strconv.FormatUint(f.Rec, 10)); n != 1 {
+				t.Errorf("record %d (QoS %d, id %d) received %d times", f.Rec, f.QoS, f.ID, n)
+			}
+		}
+		if got := len(store.Acked()); got != 8 {
+			t.Errorf("%d records acked, want 8", got)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, b := range w.bad {
+			t.Error(b)
+		}
+	})
 }

@@ -9,16 +9,38 @@ import (
 	"testing"
 )
 
+// spooled returns a spool directory holding messages 1 to n, closed.
+func spooled(t *testing.T, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	appendN(t, s, 1, n)
+	s.Close()
+	return dir
+}
+
+// damagedCopy copies spool directory src and writes orig, with its byte
+// at off set to v, as the copy's file name; it returns the copy and the
+// file's path.
+func damagedCopy(t *testing.T, src, name string, orig []byte, off int, v byte) (dir, path string) {
+	t.Helper()
+	dir = copyDir(t, src)
+	path = filepath.Join(dir, name)
+	b := append([]byte(nil), orig...)
+	b[off] = v
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, path
+}
+
 // A segment header holds no message: each of its 16 bytes damaged in turn
 // (several values; version 0, never written, and a higher version among
 // them) costs no message. The header is rewritten in place with a WARN and
 // the next Open finds nothing wrong.
 func TestSegmentHeaderDamageLosesNoMessage(t *testing.T) {
 	const n = 30
-	src := t.TempDir()
-	s := openT(t, Options{Dir: src})
-	appendN(t, s, 1, n)
-	s.Close()
+	src := spooled(t, n)
 	seg := lastSegment(t, src)
 	orig, _ := os.ReadFile(seg)
 	for off := range segHeaderSize {
@@ -27,11 +49,7 @@ func TestSegmentHeaderDamageLosesNoMessage(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("byte%d=%#x", off, v), func(t *testing.T) {
-				dir := copyDir(t, src)
-				path := filepath.Join(dir, filepath.Base(seg))
-				b := append([]byte(nil), orig...)
-				b[off] = v
-				os.WriteFile(path, b, 0o600)
+				dir, path := damagedCopy(t, src, filepath.Base(seg), orig, off, v)
 				s, lb := openLog(t, Options{Dir: dir, Sync: SyncNone})
 				es := all(t, s)
 				st := s.Stats()
@@ -58,10 +76,7 @@ func TestSegmentHeaderDamageLosesNoMessage(t *testing.T) {
 // records start in it; every later one is served.
 func TestSegmentZeroedFirstPageLosesOnlyItsMessages(t *testing.T) {
 	const n, page = 300, 4096
-	dir := t.TempDir()
-	s := openT(t, Options{Dir: dir})
-	appendN(t, s, 1, n)
-	s.Close()
+	dir := spooled(t, n)
 	seg := lastSegment(t, dir)
 	b, _ := os.ReadFile(seg)
 	if len(b) < 2*page {
@@ -90,10 +105,7 @@ func TestSegmentZeroedFirstPageLosesOnlyItsMessages(t *testing.T) {
 // reads under this version is a newer edgegw's: Open refuses it with
 // ErrUnknownVersion and leaves it byte for byte as it was.
 func TestSegmentNewerVersionRefusedUntouched(t *testing.T) {
-	dir := t.TempDir()
-	s := openT(t, Options{Dir: dir})
-	appendN(t, s, 1, 10)
-	s.Close()
+	dir := spooled(t, 10)
 	seg := lastSegment(t, dir)
 	b, _ := os.ReadFile(seg)
 	b[4] = segVersion + 1
@@ -125,10 +137,7 @@ func TestAckLogHeaderDamageLosesNoEntry(t *testing.T) {
 			if v == orig[off] {
 				continue
 			}
-			dir := copyDir(t, src)
-			b := append([]byte(nil), orig...)
-			b[off] = v
-			os.WriteFile(filepath.Join(dir, ackFileName), b, 0o600)
+			dir, _ := damagedCopy(t, src, ackFileName, orig, off, v)
 			s, lb := openLog(t, Options{Dir: dir, Sync: SyncNone})
 			es := all(t, s)
 			s.Close()
@@ -149,4 +158,54 @@ func TestAckLogHeaderDamageLosesNoEntry(t *testing.T) {
 			t.Fatalf("%d entries", len(es))
 		}
 	})
+}
+
+// A spool with messages but nothing acked yet: acks.log holds only its
+// header. A flipped bit in that version byte (2 -> 3, 6, 10, ...) names a
+// higher version with no entry behind it: Open must not refuse the whole
+// spool (ErrUnknownVersion) for it, as that would leave every spooled
+// message upstream-less though the damage cost no acknowledgement.
+func TestAckLogHeaderOnlyVersionFlipLosesNoMessage(t *testing.T) {
+	const n = 20
+	src := spooled(t, n)
+	orig, err := os.ReadFile(filepath.Join(src, ackFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orig) != ackHeaderSize {
+		t.Fatalf("acks.log is %d bytes, not only a header", len(orig))
+	}
+	for bit := range 8 {
+		v := orig[4] ^ 1<<bit
+		t.Run(fmt.Sprintf("version=%d", v), func(t *testing.T) {
+			dir, _ := damagedCopy(t, src, ackFileName, orig, 4, v)
+			s, err := Open(Options{Dir: dir})
+			if err != nil {
+				t.Fatalf("Open: %v (acks.log holds only its header, version byte %d; %d messages spooled)", err, v, n)
+			}
+			es := all(t, s)
+			s.Close()
+			checkEntries(t, es, idRange(1, n))
+		})
+	}
+}
+
+// A segment holding only its header (created, then the power went before
+// its first record was written) whose version byte reads higher holds no
+// message of any version: Open must not refuse the spool for it.
+func TestSegmentHeaderOnlyVersionFlipLosesNoMessage(t *testing.T) {
+	const n = 20
+	dir := spooled(t, n)
+	h := segHeader(n + 1)
+	h[4] = segVersion ^ 1<<3
+	if err := os.WriteFile(filepath.Join(dir, segName(n+1)), h, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("Open: %v (a header-only segment, version byte %d; %d messages spooled)", err, h[4], n)
+	}
+	es := all(t, s)
+	s.Close()
+	checkEntries(t, es, idRange(1, n))
 }

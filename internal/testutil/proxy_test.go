@@ -221,3 +221,78 @@ func TestMQTTPacketLen(t *testing.T) {
 		}
 	}
 }
+
+// Held packets wait while later ones pass, and go in order as Allow and
+// Release let them; Allow(-1) lets every one go, the held and the later.
+func TestProxyHold(t *testing.T) {
+	p := StartProxy(t, echoServer(t))
+	puback := func(id byte) []byte { return []byte{0x40, 0x02, 0x00, id} }
+	pingreq := []byte{0xc0, 0x00}
+	p.Filter(Down, func(pkt []byte) Verdict {
+		if pkt[0] == 0x40 {
+			return Hold
+		}
+		return Pass
+	})
+	p.Allow(Down, 1)
+	c := dialProxy(t, p)
+	roundTrip(t, c, puback(1), puback(1)) // the one allowed
+	if _, err := c.Write(append(puback(2), puback(3)...)); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 10*time.Second, "two held", func() bool { h, a := p.Held(Down); return h == 2 && a == 0 })
+	roundTrip(t, c, pingreq, pingreq) // passes the held ones
+	p.Release(Down, 1)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, puback(2)) {
+		t.Fatalf("after Release(1) read %x, %v; want %x, the oldest held", got, err, puback(2))
+	}
+	if h, a := p.Held(Down); h != 1 || a != 0 {
+		t.Fatalf("Held = %d, %d after one released; want 1, 0", h, a)
+	}
+	p.Allow(Down, -1)
+	roundTrip(t, c, puback(4), append(puback(3), puback(4)...))
+	if h, a := p.Held(Down); h != 0 || a >= 0 {
+		t.Fatalf("Held = %d, %d after Allow(-1); want 0 and all allowed", h, a)
+	}
+}
+
+// A Close verdict closes the connection at that packet, after what came
+// before it crossed both ways.
+func TestProxyClose(t *testing.T) {
+	p := StartProxy(t, echoServer(t))
+	p.Filter(Up, func(pkt []byte) Verdict {
+		if pkt[0] == 0xe0 { // DISCONNECT
+			return Close
+		}
+		return Pass
+	})
+	c := dialProxy(t, p)
+	pingreq := []byte{0xc0, 0x00}
+	roundTrip(t, c, pingreq, pingreq)
+	if _, err := c.Write(append([]byte{0xe0, 0x00}, pingreq...)); err != nil {
+		t.Fatal(err)
+	}
+	if !closedByPeer(t, c) {
+		t.Fatal("the connection outlived a Close verdict")
+	}
+	if n := p.Bytes(Up); n != 2 {
+		t.Fatalf("proxy wrote %d bytes up, want the 2 before the Close", n)
+	}
+}
+
+// SetRate spaces what it writes by the link's bandwidth: 2 KiB at 8 KiB/s
+// take a quarter of a second at least (a lower bound: a slow machine only
+// makes it slower).
+func TestProxyRate(t *testing.T) {
+	p := StartProxy(t, echoServer(t))
+	p.SetRate(Down, 8<<10)
+	c := dialProxy(t, p)
+	b := bytes.Repeat([]byte("r"), 2<<10)
+	start := time.Now()
+	roundTrip(t, c, b, b)
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Fatalf("2 KiB crossed an 8 KiB/s link in %s", took)
+	}
+}
