@@ -41,6 +41,8 @@
 //	subscribe.go      SUBSCRIBE and UNSUBSCRIBE
 //	disconnect.go     DISCONNECT
 //	takeover.go       draining a connection whose session is taken over
+//	takeover_linux.go its ACK sent at once first (takeover_other.go: not
+//	                  on other systems)
 //	drain.go          a stop: a persistent session's flows settle before its
 //	                  connection closes
 //	route.go          routing a message to subscriptions; wills

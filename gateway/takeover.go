@@ -44,13 +44,17 @@ func (c *client) drainBeforeAttach(wait time.Duration) bool {
 }
 
 // shutRead shuts c's read side and waits for done, at most wait. It
-// reports whether done came; false at once without a TCP socket.
+// reports whether done came; false at once without a TCP socket. Before
+// the shut it acknowledges what c received, so a client's TCP sends what
+// it held back waiting for that ACK (Nagle's algorithm) while the read
+// side is still open.
 func (c *client) shutRead(done <-chan struct{}, wait time.Duration) bool {
 	cr, ok := tcpConn(c.conn)
 	if !ok {
 		return false
 	}
 	c.takenOver.Store(true) // the end of stream it is about to read is the takeover's
+	ackNow(cr)              // what the client wrote but its TCP held back for our ACK comes first (takeover_linux.go)
 	if cr.CloseRead() != nil {
 		return false
 	}

@@ -263,39 +263,81 @@ func TestPubrelOnTakenOverConnection(t *testing.T) {
 }
 
 // TestDisconnectBeforeTakeoverEndsSession: an MQTT 5 client whose
-// DISCONNECT sets Session Expiry 0 and that reconnects at once gets
-// Session Present 0, also when its new CONNECT is read while the old
-// connection's reader is still busy with what came before the DISCONNECT:
-// what the old connection had already received decides the session before
-// the takeover does. 50 runs, none may resume.
+// DISCONNECT sets Session Expiry 0 and that reconnects at once, leaving the
+// old socket open, gets Session Present 0, also when its new CONNECT is
+// read while the old connection's reader is still busy with what came
+// before the DISCONNECT, and when the DISCONNECT came in a write of its own
+// after the packets before it: what the old connection had already
+// received decides the session before the takeover does. 50 runs each, none
+// may resume, and the old subscription must not deliver.
 func TestDisconnectBeforeTakeoverEndsSession(t *testing.T) {
-	b := startBroker(t, gateway.Options{AllowAnonymous: true})
-	const runs = 50
-	resumed := 0
-	for i := range runs {
-		id := fmt.Sprintf("expiry-zero-%d", i)
-		old, _ := rawConnect(t, b.addr, packet.V5, id, true, withExpiry(300))
-		old.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "t/" + id, QoS: 1})
-		// Work ahead of the DISCONNECT keeps the old reader busy while the
-		// new CONNECT arrives.
-		var burst []byte
-		for j := range 200 {
-			burst, _ = packet.Append(burst, &packet.Publish{Topic: "busy/" + id, Payload: []byte(fmt.Sprint(j))}, packet.V5)
-		}
-		d := &packet.Disconnect{}
-		d.Props.SessionExpiry = 0
-		d.Props.Set(packet.PropSessionExpiry)
-		burst, _ = packet.Append(burst, d, packet.V5)
-		if err := old.write(burst); err != nil {
-			t.Fatal(err)
-		}
-		_, ack := rawConnect(t, b.addr, packet.V5, id, false, withExpiry(300))
-		if ack.SessionPresent {
-			resumed++
-		}
-		rawConnect(t, b.addr, packet.V5, id, true, nil) // ends the session for good
+	for _, c := range []struct {
+		name   string
+		before int  // QoS 0 PUBLISHes ahead of the DISCONNECT
+		split  bool // the DISCONNECT in a write of its own
+		nagle  bool // the client's TCP holds a small write back until its last one is acknowledged
+	}{
+		{"200_one_write", 200, false, false},
+		{"1_then_disconnect", 1, true, false},
+		{"200_then_disconnect", 200, true, false},
+		{"1_then_disconnect_nagle", 1, true, true},
+		{"200_then_disconnect_nagle", 200, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := startBroker(t, gateway.Options{AllowAnonymous: true})
+			const runs = 50
+			resumed := 0
+			for i := range runs {
+				id := fmt.Sprintf("expiry-zero-%d", i)
+				old, _ := rawConnect(t, b.addr, packet.V5, id, false, withExpiry(300))
+				old.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "t/" + id, QoS: 1})
+				if c.nagle {
+					// Go turns Nagle's algorithm off; many clients (Python's
+					// socket, embedded stacks) leave it on.
+					old.conn.(*net.TCPConn).SetNoDelay(false)
+				}
+				// Work ahead of the DISCONNECT keeps the old reader busy
+				// while the new CONNECT arrives.
+				var burst []byte
+				for j := range c.before {
+					burst, _ = packet.Append(burst, &packet.Publish{Topic: "busy/" + id, Payload: []byte(fmt.Sprint(j))}, packet.V5)
+				}
+				d := &packet.Disconnect{}
+				d.Props.SessionExpiry = 0
+				d.Props.Set(packet.PropSessionExpiry)
+				if c.split {
+					if err := old.write(burst); err != nil {
+						t.Fatal(err)
+					}
+					burst = nil
+				}
+				burst, _ = packet.Append(burst, d, packet.V5)
+				if err := old.write(burst); err != nil {
+					t.Fatal(err)
+				}
+				nw, ack := rawConnect(t, b.addr, packet.V5, id, false, withExpiry(300))
+				if ack.SessionPresent {
+					resumed++
+					expectFreshSession(t, b, nw, id)
+				}
+				rawConnect(t, b.addr, packet.V5, id, true, nil) // ends the session for good
+			}
+			if resumed > 0 {
+				t.Fatalf("%d of %d reconnects after DISCONNECT with session expiry 0 resumed the session", resumed, runs)
+			}
+		})
 	}
-	if resumed > 0 {
-		t.Fatalf("%d of %d reconnects after DISCONNECT with session expiry 0 resumed the session", resumed, runs)
+}
+
+// expectFreshSession fails the test when nw, connected as id, still
+// receives through the subscription its old connection made on t/id.
+func expectFreshSession(t *testing.T, b *broker, nw *rawClient, id string) {
+	t.Helper()
+	nw.subscribe(2, packet.Properties{}, packet.Subscription{Filter: "marker/" + id, QoS: 1})
+	pub, _ := rawConnect(t, b.addr, packet.V311, "", true, nil)
+	pub.send(&packet.Publish{Topic: "t/" + id, Payload: []byte("old subscription")})
+	pub.send(&packet.Publish{Topic: "marker/" + id, Payload: []byte("marker")})
+	if p := nw.nextPublish(10 * time.Second); p.Topic != "marker/"+id {
+		t.Errorf("resumed session still delivers %q through the subscription ended by DISCONNECT", p.Topic)
 	}
 }
