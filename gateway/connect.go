@@ -132,33 +132,57 @@ func (c *client) authenticate(cp *packet.Connect) error {
 			return nil // the right password, verified lately: nothing to slow down (tarpit.go)
 		}
 		host := hostOf(c.conn.RemoteAddr())
-		wait, busy := c.srv.tarpit.admit(host, c.username, time.Now())
+		tk, busy := c.srv.tarpit.admit(host, c.username, time.Now())
+		if !busy {
+			var closed bool
+			busy, closed = c.awaitLane(tk)
+			if closed {
+				c.srv.tarpit.abandoned(tk)
+				c.setReason(CloseShutdown)
+				return errClosed
+			}
+		}
 		if busy {
 			return c.refuse(packet.ServerBusy, "too many failed logins from "+host)
 		}
-		if wait > 0 && !c.sleep(wait) {
-			c.srv.tarpit.abandoned(host, c.username)
-			c.setReason(CloseShutdown)
-			return errClosed
-		}
 		// The check itself waits its turn: one nobody is guessing goes
 		// before the guesses (checkgate.go).
-		if !c.srv.tarpit.checks.enter(host, c.srv.tarpit.guessed(host, c.username), c.done) {
-			c.srv.tarpit.abandoned(host, c.username)
+		if !c.srv.tarpit.checks.enter(host, c.srv.tarpit.guessed(tk), c.done) {
+			c.srv.tarpit.abandoned(tk)
 			c.setReason(CloseShutdown)
 			return errClosed
 		}
 		err := o.Authenticator.Authenticate(c.id, c.username, cp.Password, cp.PasswordFlag, c.certCN)
 		c.srv.tarpit.checks.leave()
 		if err != nil {
-			c.srv.tarpit.failed(host, c.username, time.Now())
+			c.srv.tarpit.failed(tk, time.Now())
 			c.srv.stats.authFailures.Add(1)
 			c.logf(slog.LevelInfo, "authentication failed", "user", c.username, "err", err)
 			return c.refuse(packet.BadUsernameOrPassword, err.Error())
 		}
-		c.srv.tarpit.succeeded(host, c.username)
+		c.srv.tarpit.succeeded(tk)
 	}
 	return nil
+}
+
+// awaitLane waits until the tarpit lets tk's check through: busy when it
+// waited tarpitQueueMax out, closed when the server stopped first.
+func (c *client) awaitLane(tk *laneTicket) (busy, closed bool) {
+	for {
+		ok, busy, wait, changed := c.srv.tarpit.turn(tk, time.Now())
+		if ok || busy {
+			return busy, false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-changed:
+		case <-c.done:
+			t.Stop()
+			return false, true
+		}
+		t.Stop()
+	}
 }
 
 // connectExpiry is the session expiry the client asked for (v5), or what a

@@ -1,16 +1,20 @@
 package gateway
 
-// The tarpit slows password guessing per source address and user name
-// (issue 13 point 5). Each address keeps a lane per user name it logs in
-// as: a lane with no failures may have tarpitFreeParallel attempts checked
-// at once; beyond that, and after any failure, its attempts are spaced at
-// least tarpitBase apart; after failures, each attempt waits the lane's
-// penalty (tarpitBase, doubling per failure, up to tarpitMax) before its
-// password is even checked, so one address cannot buy more checks of a
-// user's password by opening more connections. The wait is a timer on the
-// connection's own reader goroutine: nothing spins. Every attempt still
-// gets its CONNACK. A lane whose queue of waiting attempts is longer than
-// tarpitQueueMax is answered at once with "server busy", unverified.
+// The tarpit slows password guessing per source address and user name.
+// Each address keeps a lane per user name it logs in as, and the lane's
+// schedule holds when a password is checked, not when a connection comes:
+// an attempt waits in its lane's queue, first come first, until the lane
+// allows a check. A lane with no failures lets tarpitFreeParallel checks
+// run at once, further ones tarpitBase apart; a lane with failures lets
+// one check run at a time, the next penalty(fails) after the last failure
+// (tarpitBase, doubling per failure, up to tarpitMax). So one address
+// cannot buy more checks of a user's password by opening more
+// connections: however many wait, the lane makes the same checks. The
+// wait is a timer on the connection's own reader goroutine: nothing
+// spins. Every attempt still gets its CONNACK. An attempt that would wait
+// longer than tarpitQueueMax if every check ahead of it failed is
+// answered at once with "server busy", unverified, and one still waiting
+// after tarpitQueueMax is answered so then.
 //
 // Lanes keep the penalty on the guessed user: another user logging in
 // from the same address (every local program on 127.0.0.1, every sensor
@@ -21,9 +25,9 @@ package gateway
 // lane's failures (a shared lane's stay): an attacker who owns one valid
 // login cannot wipe the penalty of its guesses at another user's
 // password. A login with a credential verified lately skips the tarpit
-// altogether (connect.go). The checks the tarpit admits then wait their
-// turn at the check gate (checkgate.go), where a lane nobody is guessing
-// goes before the guesses.
+// altogether (connect.go). The checks the tarpit lets through then wait
+// their turn at the check gate (checkgate.go), where a lane nobody is
+// guessing goes before the guesses.
 
 import (
 	"net"
@@ -54,20 +58,35 @@ type tarpit struct {
 	mu    sync.Mutex
 	hosts map[string]*guesser
 
-	checks checkGate // orders the checks the tarpit admits (checkgate.go)
+	checks checkGate // orders the checks the tarpit lets through (checkgate.go)
 }
 
 // guesser is one source address.
 type guesser struct {
-	lanes map[string]*lane // by user name
+	lanes map[string]*lane // by user name (or tarpitShared)
 	last  time.Time
 }
 
-// lane is one user name's attempts from one address.
+// lane is one user name's attempts from one address. Its schedule holds
+// at check time: an attempt waits in the lane's queue, in order, and is
+// let through only when the lane allows a check then, so the number of
+// checks does not depend on how many connections wait.
 type lane struct {
+	key     string
 	fails   int
-	pending int       // attempts admitted and not yet decided
-	next    time.Time // the earliest time this lane's next attempt is checked
+	running int           // checks let through and not yet decided
+	next    time.Time     // the earliest time the lane's next check starts
+	queue   []*laneTicket // attempts waiting, first come first
+	changed chan struct{} // closed (and replaced) when running, fails or queue change
+}
+
+// laneTicket is one attempt waiting in, or let through, a lane.
+type laneTicket struct {
+	host     string
+	l        *lane
+	deadline time.Time // answered "server busy" if still waiting then
+	through  bool      // let through: its check runs or ran
+	gone     bool      // out of the queue, never to be let through
 }
 
 func penalty(fails int) time.Duration {
@@ -92,15 +111,24 @@ func (g *guesser) lane(user string) *lane {
 			return l
 		}
 	}
-	l := &lane{}
+	l := &lane{key: user, changed: make(chan struct{})}
 	g.lanes[user] = l
 	return l
+}
+
+// busy reports whether the lane has attempts let through or waiting.
+func (l *lane) busy() bool { return l.running > 0 || len(l.queue) > 0 }
+
+// notify wakes the attempts waiting in the lane. Caller holds t.mu.
+func (l *lane) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // idle reports whether the address has nothing to remember.
 func (g *guesser) idle() bool {
 	for _, l := range g.lanes {
-		if l.fails > 0 || l.pending > 0 {
+		if l.fails > 0 || l.busy() {
 			return false
 		}
 	}
@@ -109,18 +137,35 @@ func (g *guesser) idle() bool {
 
 func (g *guesser) pending() bool {
 	for _, l := range g.lanes {
-		if l.pending > 0 {
+		if l.busy() {
 			return true
 		}
 	}
 	return false
 }
 
-// admit schedules an attempt by user from host: it returns how long to
-// wait before checking its password, and busy when the lane's queue is too
-// long to check it at all. Unless busy, the caller reports the outcome
-// with failed or succeeded (or abandoned).
-func (t *tarpit) admit(host, user string, now time.Time) (wait time.Duration, busy bool) {
+// queueWait is how long an attempt joining l now would wait for its
+// check if every check ahead of it failed: the lane's next slot, then a
+// penalty per check running or waiting ahead. Caller holds t.mu.
+func (l *lane) queueWait(now time.Time) time.Duration {
+	w := max(l.next.Sub(now), 0)
+	if l.fails == 0 {
+		return w + time.Duration(len(l.queue))*tarpitBase
+	}
+	f := l.fails
+	for range l.running + len(l.queue) {
+		f++
+		w += penalty(f)
+	}
+	return w
+}
+
+// admit puts an attempt by user from host in its lane's queue, or
+// reports busy when it would wait there longer than tarpitQueueMax (it is
+// then not queued). The caller waits with turn until the ticket is let
+// through, then reports the outcome with failed or succeeded; or gives it
+// up with abandoned.
+func (t *tarpit) admit(host, user string, now time.Time) (tk *laneTicket, busy bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.hosts[host]
@@ -132,43 +177,75 @@ func (t *tarpit) admit(host, user string, now time.Time) (wait time.Duration, bu
 		g = t.add(host, now)
 	}
 	l := g.lane(user)
-	if l.fails == 0 && l.pending < tarpitFreeParallel && !l.next.After(now) {
-		// A lane with no failures may log in a few clients at once
-		// (a gateway restart reconnecting several local apps).
-		l.pending++
-		g.last = now
-		if l.pending == tarpitFreeParallel {
-			l.next = now.Add(tarpitBase) // the next one is spaced
-		}
-		return 0, false
+	if l.queueWait(now) > tarpitQueueMax {
+		return nil, true
 	}
-	slot := now
-	if l.next.After(now) {
-		slot = l.next
-	}
-	if slot.Sub(now) > tarpitQueueMax {
-		return 0, true
-	}
-	l.next = slot.Add(max(penalty(l.fails), tarpitBase)) // at most one check per tarpitBase per lane
-	l.pending++
+	tk = &laneTicket{host: host, l: l, deadline: now.Add(tarpitQueueMax)}
+	l.queue = append(l.queue, tk)
 	g.last = now
-	return slot.Sub(now), false
+	return tk, false
 }
 
-// guessed reports whether user's lane at host (the shared one if user has
-// none and the address has all its lanes) has failed logins.
-func (t *tarpit) guessed(host, user string) bool {
+// turn reports whether tk's check may start now; if it may, tk is let
+// through (counted as running in its lane). Otherwise it reports busy
+// when tk waited its deadline out (tk is then out of the queue), or how
+// long to wait at most and a channel closed when the lane changes, after
+// which the caller asks again. A lane with no failures lets through
+// tarpitFreeParallel checks at once, the next one tarpitBase after the
+// last of those; a lane with failures one check at a time, penalty(fails)
+// after its last failure. Either way only the first in the queue.
+func (t *tarpit) turn(tk *laneTicket, now time.Time) (ok, busy bool, wait time.Duration, changed <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	g := t.hosts[host]
-	if g == nil {
-		return false
+	l := tk.l
+	if tk.through {
+		return true, false, 0, nil
 	}
-	l := g.lanes[user]
-	if l == nil && len(g.lanes) >= tarpitUsersMax {
-		l = g.lanes[tarpitShared]
+	if tk.gone || !now.Before(tk.deadline) {
+		tk.gone = true
+		l.remove(tk)
+		l.notify()
+		return false, true, 0, nil
 	}
-	return l != nil && l.fails > 0
+	wait = tk.deadline.Sub(now)
+	if l.queue[0] != tk {
+		return false, false, wait, l.changed
+	}
+	room := l.running < tarpitFreeParallel
+	if l.fails > 0 {
+		room = l.running == 0
+	}
+	if !room {
+		return false, false, wait, l.changed
+	}
+	if l.next.After(now) {
+		return false, false, min(wait, l.next.Sub(now)), l.changed
+	}
+	l.remove(tk)
+	tk.through = true
+	l.running++
+	if l.fails == 0 && l.running >= tarpitFreeParallel {
+		l.next = now.Add(tarpitBase) // beyond the first few, checks are spaced
+	}
+	l.notify()
+	return true, false, 0, nil
+}
+
+// remove takes tk out of l's queue. Caller holds t.mu.
+func (l *lane) remove(tk *laneTicket) {
+	for i, w := range l.queue {
+		if w == tk {
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// guessed reports whether tk's lane has failed logins.
+func (t *tarpit) guessed(tk *laneTicket) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return tk.l.fails > 0
 }
 
 // add makes host's entry. Caller holds t.mu.
@@ -184,55 +261,63 @@ func (t *tarpit) add(host string, now time.Time) *guesser {
 	return g
 }
 
-// failed records a failed login of user from host.
-func (t *tarpit) failed(host, user string, now time.Time) {
+// failed records that tk's check failed: the lane's next check waits
+// penalty(fails) from now.
+func (t *tarpit) failed(tk *laneTicket, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	g := t.hosts[host]
-	if g == nil {
-		g = t.add(host, now)
-	}
-	l := g.lane(user)
-	l.pending = max(0, l.pending-1)
+	l := tk.l
+	l.running = max(0, l.running-1)
 	l.fails++
-	g.last = now
+	if g := t.hosts[tk.host]; g != nil {
+		g.last = now
+	}
 	if next := now.Add(penalty(l.fails)); next.After(l.next) {
 		l.next = next
 	}
+	l.notify()
 }
 
-// succeeded records a successful login of user from host: that user's
-// failures are forgotten, other users' (and a shared lane's) stay.
-func (t *tarpit) succeeded(host, user string) {
+// succeeded records that tk's check succeeded: its user's failures are
+// forgotten; a shared lane's stay, and so do other users'.
+func (t *tarpit) succeeded(tk *laneTicket) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	l := tk.l
+	l.running = max(0, l.running-1)
+	if l.key != tarpitShared {
+		l.fails = 0
+	}
+	l.notify()
+	t.forget(tk.host, l)
+}
+
+// abandoned records that tk was given up (its connection closed, or the
+// server stopped) before its check was decided.
+func (t *tarpit) abandoned(tk *laneTicket) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := tk.l
+	if tk.through {
+		l.running = max(0, l.running-1)
+	} else {
+		tk.gone = true
+		l.remove(tk)
+	}
+	l.notify()
+	t.forget(tk.host, l)
+}
+
+// forget drops l, and its address, when there is nothing to remember of
+// them. Caller holds t.mu.
+func (t *tarpit) forget(host string, l *lane) {
 	g := t.hosts[host]
-	if g == nil {
+	if g == nil || g.lanes[l.key] != l || l.fails > 0 || l.busy() {
 		return
 	}
-	if l := g.lanes[user]; l != nil {
-		delete(g.lanes, user)
-	} else if l := g.lanes[tarpitShared]; l != nil {
-		l.pending = max(0, l.pending-1)
-	}
+	delete(g.lanes, l.key)
 	if g.idle() {
 		delete(t.hosts, host)
-	}
-}
-
-// abandoned records an admitted attempt that was never decided (the
-// server stopped while it waited).
-func (t *tarpit) abandoned(host, user string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if g := t.hosts[host]; g != nil {
-		l := g.lanes[user]
-		if l == nil {
-			l = g.lanes[tarpitShared]
-		}
-		if l != nil {
-			l.pending = max(0, l.pending-1)
-		}
 	}
 }
 

@@ -314,10 +314,26 @@ func TestRightPasswordGetsInDuringFlood(t *testing.T) {
 	}
 	t.Logf("flood of %v: %d attempts answered, %d passwords checked and refused (%.1f/s)",
 		flood.Round(100*time.Millisecond), answered.Load(), failures, float64(failures)/flood.Seconds())
-	// Per guessed lane: tarpitFreeParallel checks at once, then one check
-	// per tarpitBase at most.
-	bound := int64(len(guessed)) * (gateway.TarpitFreeParallel + 1 + int64(flood/gateway.TarpitBase))
+	// Per guessed lane, the tarpit's schedule at check time: no more
+	// checks than a lane makes in the flood's length with checks taking
+	// no time, whichever way it starts (tarpitFreeParallel at once, or one
+	// after the other).
+	bound := int64(len(guessed)) * int64(max(scheduleChecks(flood, gateway.TarpitFreeParallel), scheduleChecks(flood, 1)))
 	if failures > bound {
 		t.Errorf("the flood had %d passwords checked in %v, want at most %d (%d guessed users)", failures, flood, bound, len(guessed))
+	}
+}
+
+// scheduleChecks is how many checks one lane makes within d when its
+// checks take no time and all fail: first checks at once, then each one
+// penalty after the last failure (docs/security.md).
+func scheduleChecks(d time.Duration, first int) int {
+	n, at := first, time.Duration(0)
+	for {
+		at += gateway.Penalty(n)
+		if at > d {
+			return n
+		}
+		n++
 	}
 }
