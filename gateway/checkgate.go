@@ -47,16 +47,21 @@ type checkGate struct {
 }
 
 type checkTicket struct {
-	host    string
-	guessed bool // its lane had failed logins when it came
-	seq     uint64
-	ready   chan struct{} // closed when it may run
+	host string
+	// isGuessed reports whether its lane has failed logins now: asked
+	// each time the gate picks, since a lane's first checks come in
+	// together before any of them failed, and those still waiting when
+	// one fails are guesses from then on.
+	isGuessed func() bool
+	guessed   bool // isGuessed, as of the gate's current pick
+	seq       uint64
+	ready     chan struct{} // closed when it may run
 }
 
 // enter waits until the check may run; it reports false, without
 // running, when done is closed first (the server is stopping). After a
 // true, the caller calls leave when the check is over.
-func (g *checkGate) enter(host string, guessed bool, done <-chan struct{}) bool {
+func (g *checkGate) enter(host string, guessed func() bool, done <-chan struct{}) bool {
 	g.mu.Lock()
 	if g.slots == 0 {
 		g.slots = checkSlots()
@@ -67,7 +72,7 @@ func (g *checkGate) enter(host string, guessed bool, done <-chan struct{}) bool 
 		g.mu.Unlock()
 		return true
 	}
-	t := &checkTicket{host: host, guessed: guessed, seq: g.seq, ready: make(chan struct{})}
+	t := &checkTicket{host: host, isGuessed: guessed, seq: g.seq, ready: make(chan struct{})}
 	g.waiting = append(g.waiting, t)
 	g.mu.Unlock()
 	select {
@@ -97,8 +102,14 @@ func (g *checkGate) leave() {
 }
 
 // next lets waiting checks through while slots are free. Caller holds
-// g.mu.
+// g.mu (and takes the tarpit's lock through isGuessed: the tarpit never
+// takes the gate's).
 func (g *checkGate) next() {
+	if g.running < g.slots {
+		for _, t := range g.waiting {
+			t.guessed = t.isGuessed()
+		}
+	}
 	for g.running < g.slots && len(g.waiting) > 0 {
 		best := 0
 		for i, t := range g.waiting[1:] {

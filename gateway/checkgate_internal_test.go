@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ func gateQueue(t *testing.T, g *checkGate, name, host string, guessed bool, done
 	n := len(g.waiting)
 	g.mu.Unlock()
 	go func() {
-		r := g.enter(host, guessed, done)
+		r := g.enter(host, func() bool { return guessed }, done)
 		if r {
 			passed <- name
 		}
@@ -39,7 +40,7 @@ func gateQueue(t *testing.T, g *checkGate, name, host string, guessed bool, done
 // they came within an address.
 func TestCheckGateOrder(t *testing.T) {
 	g := &checkGate{slots: 1}
-	if !g.enter("10.0.0.1", true, nil) {
+	if !g.enter("10.0.0.1", func() bool { return true }, nil) {
 		t.Fatal("an idle gate did not let a check through")
 	}
 	passed := make(chan string, 8)
@@ -73,7 +74,7 @@ func TestCheckGateOrder(t *testing.T) {
 // queue without running, and the slot goes to the next one.
 func TestCheckGateStop(t *testing.T) {
 	g := &checkGate{slots: 1}
-	g.enter("10.0.0.1", true, nil)
+	g.enter("10.0.0.1", func() bool { return true }, nil)
 	stop := make(chan struct{})
 	passed := make(chan string, 2)
 	stopped := make(chan bool, 1)
@@ -90,5 +91,51 @@ func TestCheckGateStop(t *testing.T) {
 	g.leave()
 	if g.running != 0 || len(g.waiting) != 0 {
 		t.Fatalf("running %d, waiting %d", g.running, len(g.waiting))
+	}
+}
+
+// TestCheckGateGuessedWhenPicked: a lane's first checks come in together,
+// before any of them failed. Those still waiting when one fails are
+// guesses from then on: a user nobody is guessing, who came after them
+// from the same address, goes first.
+func TestCheckGateGuessedWhenPicked(t *testing.T) {
+	g := &checkGate{slots: 1}
+	var mu sync.Mutex
+	fails := 0 // the flooded lane's failed logins
+	laneGuessed := func() bool { mu.Lock(); defer mu.Unlock(); return fails > 0 }
+	if !g.enter("10.0.0.1", laneGuessed, nil) {
+		t.Fatal("an idle gate did not let a check through")
+	}
+	passed := make(chan string, 4)
+	for _, name := range []string{"guess2", "guess3"} {
+		n := len(g.waiting)
+		go func() {
+			if g.enter("10.0.0.1", laneGuessed, nil) {
+				passed <- name
+			}
+		}()
+		testutil.Eventually(t, 10*time.Second, name+" waiting", func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return len(g.waiting) == n+1
+		})
+	}
+	gateQueue(t, g, "alice", "10.0.0.1", false, nil, passed, nil)
+	mu.Lock()
+	fails = 1 // the running guess failed
+	mu.Unlock()
+	var order []string
+	for range 3 {
+		g.leave()
+		select {
+		case name := <-passed:
+			order = append(order, name)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing let through after %v", order)
+		}
+	}
+	g.leave()
+	if want := []string{"alice", "guess2", "guess3"}; !slices.Equal(order, want) {
+		t.Fatalf("let through in the order %v, want %v", order, want)
 	}
 }

@@ -147,7 +147,7 @@ func (c *client) authenticate(cp *packet.Connect) error {
 		}
 		// The check itself waits its turn: one nobody is guessing goes
 		// before the guesses (checkgate.go).
-		if !c.srv.tarpit.checks.enter(host, c.srv.tarpit.guessed(tk), c.done) {
+		if !c.srv.tarpit.checks.enter(host, func() bool { return c.srv.tarpit.guessed(tk) }, c.done) {
 			c.srv.tarpit.abandoned(tk)
 			c.setReason(CloseShutdown)
 			return errClosed
