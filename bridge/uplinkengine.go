@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
@@ -41,6 +42,7 @@ import (
 	"github.com/edgegw/edgegw/bridge/wire"
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/internal/sockio"
 )
 
 // engineKey is what an engine's session is: a change of any of it makes
@@ -203,11 +205,23 @@ func (b *Bridge) releaseEngine(id uint16) error {
 // waits for the rate limit's bucket before each record, would hand out a
 // whole batch on credit. So a publish is debited as it is queued
 // (queued), and a write debits only what was not debited before.
+//
+// Over a plain TCP socket it reads and writes through internal/sockio
+// (RawSyscall, the poller still waits and keeps the deadlines): an
+// ordinary read or write is the first system call after the process
+// went idle whenever upstream's acks arrive, and each such call wakes
+// the runtime's monitor thread, which then polls every 20 µs while the
+// process is busy. TLS and WebSocket keep the ordinary calls.
 type meteredConn struct {
 	net.Conn
+	raw      syscall.RawConn // nil unless Conn is a plain TCP socket
 	lastRead *atomic.Int64
 	budget   *budget
 	early    atomic.Int64 // bytes debited when queued, not yet written
+}
+
+func newMeteredConn(nc net.Conn, lastRead *atomic.Int64, bg *budget) *meteredConn {
+	return &meteredConn{Conn: nc, raw: rawSocket(nc), lastRead: lastRead, budget: bg}
 }
 
 // queued debits a publish of n bytes queued for the wire.
@@ -217,7 +231,13 @@ func (c *meteredConn) queued(n int) {
 }
 
 func (c *meteredConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	var n int
+	var err error
+	if c.raw != nil && len(p) > 0 {
+		n, err = sockio.Read(c.raw, p, true)
+	} else {
+		n, err = c.Conn.Read(p)
+	}
 	if n > 0 {
 		c.lastRead.Store(time.Now().UnixNano())
 	}
@@ -225,7 +245,13 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 }
 
 func (c *meteredConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
+	var n int
+	var err error
+	if c.raw != nil {
+		n, err = sockio.Write(c.raw, p)
+	} else {
+		n, err = c.Conn.Write(p)
+	}
 	debit := int64(n)
 	for {
 		e := c.early.Load()
@@ -283,7 +309,7 @@ func (b *Bridge) connectEngine(ctx context.Context, u *url.URL, v5 bool) (*uplin
 	if err != nil {
 		return nil, err
 	}
-	mc := &meteredConn{Conn: nc, lastRead: &b.lastRead, budget: b.budget}
+	mc := newMeteredConn(nc, &b.lastRead, b.budget)
 	if !s.slot.setOther(mc) {
 		return nil, fmt.Errorf("dial %s: %w", u.Redacted(), context.Canceled)
 	}
