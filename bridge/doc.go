@@ -76,7 +76,10 @@
 // symmetric codec with golden tests, so the client side, CONNECT and
 // SUBSCRIBE out and CONNACK and SUBACK in, is the code the broker side
 // already trusts), and MQTT 3.1.1 by paho's public packets package, which
-// the design names, through a field-for-field adapter (wire/codec311.go).
+// the design names, through a field-for-field adapter (wire/codec311.go),
+// except the packets of every message (PUBLISH, its acks, PINGREQ): those
+// gateway/packet writes, byte for byte as paho does, without paho's six
+// allocations per PUBLISH.
 // paho.golang's packets would have given the engine a second set of
 // types to switch on for the same flows. "Acknowledged upstream" is
 // decided in one place there, session.Engine.acknowledgedUpstream.
