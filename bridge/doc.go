@@ -68,10 +68,13 @@
 // symmetric codec with golden tests, so the client side, CONNECT and
 // SUBSCRIBE out and CONNACK and SUBACK in, is the code the broker side
 // already trusts), and MQTT 3.1.1 by paho's public packets package
-// through a field-for-field adapter (wire/codec311.go): the design names
-// paho for the 3.1.1 uplink, and its packets package is a codec made to
-// be used on its own, with no client behind it to steer. The WebSocket
-// transport (ws://, wss://) is paho's too (wire/websocket.go).
+// through a field-for-field adapter (wire/codec311.go), except the
+// packets of every message (PUBLISH, its acks, PINGREQ): those
+// gateway/packet writes, byte for byte as paho does, without paho's
+// allocations per PUBLISH. The design names paho for the 3.1.1 uplink,
+// and its packets package is a codec made to be used on its own, with no
+// client behind it to steer. The WebSocket transport (ws://, wss://) is
+// paho's too (wire/websocket.go).
 //
 // "Session" is the MQTT session only (the state client and broker keep
 // across connections); one connection is an uplink.

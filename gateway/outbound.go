@@ -102,16 +102,22 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.needResend = s.unsent > 0
 	}
 	var taken int64
+	// held: stopped at a message whose verdict is not in. That is not
+	// more work: the verdict wakes the writer (hold.settle), and a writer
+	// told to come back would spin until then.
+	held := false
 	s.feedQueue() // retained messages of a SUBSCRIBE, as the queue has room (retained.go)
 	for s.queue.len() > 0 && taken < maxBytes {
 		var q queued
 		if f := s.queue.front(); f.msg.withheld() {
+			held = true
 			break // its verdict is not in: nothing overtakes it (hold.go)
 		} else if f.qos > 0 && len(s.inflight) >= window {
 			// The window gates only QoS 1/2: QoS 0 messages queued behind
 			// a waiting one still go out (field report 000, principle 1).
 			var ok bool
 			if z := s.queue.firstQoS0(); z == nil || z.msg.withheld() {
+				held = z != nil
 				break
 			}
 			if q, ok = s.queue.removeFirstQoS0(); !ok {
@@ -158,7 +164,7 @@ func (s *session) takeSendable(c *client, window int, now time.Time, maxBytes in
 		s.persistSent(q, id)
 		out = append(out, outgoing{q: q, id: id})
 	}
-	more = s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window) ||
+	more = !held && s.queue.len() > 0 && (s.queue.qos0 > 0 || len(s.inflight) < window) ||
 		s.feed != nil && s.queue.len() == 0 // the feed has more for the emptied queue
 	return out, nil, more
 }

@@ -105,16 +105,19 @@ type Engine struct {
 	store Store
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	byID    map[uint16]*Flow // outbound QoS 1/2 flows by packet id
-	byRec   map[uint64]*Flow
-	reqs    map[uint16]*request // SUBSCRIBE/UNSUBSCRIBE by packet id
-	nextID  uint16              // where a QoS 1 publish or a request looks for a free id
-	count   int                 // flows in flight
-	count2  int                 // QoS 2 flows among them
-	bytes   int                 // their size
-	changed chan struct{}       // closed (and remade) when a flow ends or an id frees
-	link    *Link               // the live connection, or nil
+	mu     sync.Mutex
+	byID   map[uint16]*Flow // outbound QoS 1/2 flows by packet id
+	byRec  map[uint64]*Flow
+	reqs   map[uint16]*request // SUBSCRIBE/UNSUBSCRIBE by packet id
+	nextID uint16              // where a QoS 1 publish or a request looks for a free id
+	count  int                 // flows in flight
+	count2 int                 // QoS 2 flows among them
+	bytes  int                 // their size
+	// changed is closed (and cleared) when a flow ends or an id frees;
+	// made only when someone waits (changedChLocked), not per flow: at a
+	// sensor's rate nobody does, and a channel per flow was garbage.
+	changed chan struct{}
+	link    *Link // the live connection, or nil
 
 	// The QoS 2 window learned from an MQTT 3.1.1 peer (quota.go).
 	win2     int     // 0: none learned
@@ -170,7 +173,6 @@ func New(cfg Config, store Store) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, store: store, log: cfg.Logger,
 		byID: map[uint16]*Flow{}, byRec: map[uint64]*Flow{}, reqs: map[uint16]*request{},
-		changed: make(chan struct{}),
 	}
 	fs, err := store.Flows()
 	if err != nil {
@@ -209,8 +211,19 @@ func (e *Engine) nextFreeLocked() uint16 {
 
 // changedLocked wakes whoever waits for room or an id. Caller holds mu.
 func (e *Engine) changedLocked() {
-	close(e.changed)
-	e.changed = make(chan struct{})
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = nil
+	}
+}
+
+// changedChLocked returns the channel changedLocked closes next. Caller
+// holds mu.
+func (e *Engine) changedChLocked() <-chan struct{} {
+	if e.changed == nil {
+		e.changed = make(chan struct{})
+	}
+	return e.changed
 }
 
 // Pending returns the unfinished flows, oldest record first.

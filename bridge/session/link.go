@@ -340,7 +340,8 @@ func (l *Link) Publish(ctx context.Context, rec uint64, pub *packet.Publish) (*F
 		return nil, l.c.Send(pub)
 	}
 	e := l.e
-	size := packet.Size(&packet.Publish{Topic: pub.Topic, QoS: pub.QoS, PacketID: 1, Props: pub.Props, Payload: pub.Payload}, e.cfg.Version)
+	pub.PacketID = 1 // set below; any id gives the size on the wire
+	size := packet.Size(pub, e.cfg.Version)
 	maxCount := l.ReceiveMaximum
 	if m := e.cfg.MaxInflight; m > 0 && m < maxCount {
 		maxCount = m
@@ -394,7 +395,7 @@ func (l *Link) Publish(ctx context.Context, rec uint64, pub *packet.Publish) (*F
 			}
 			return f, err
 		}
-		changed := e.changed
+		changed := e.changedChLocked()
 		e.mu.Unlock()
 		if qos2 {
 			l.heldMu.Unlock()

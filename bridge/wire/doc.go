@@ -16,8 +16,10 @@
 // Both protocol versions are spoken in one neutral packet type, the
 // project's codec gateway/packet: the engine sees *packet.Publish,
 // *packet.Puback, ... whatever the version. MQTT 5 is encoded and decoded
-// by gateway/packet itself; MQTT 3.1.1 by eclipse/paho.mqtt.golang's public
-// packets package (Codec311), mapped to and from the neutral types.
+// by gateway/packet itself; MQTT 3.1.1 (Codec311) by gateway/packet too for
+// the packets of every message (PUBLISH, its acks, PINGREQ), which it
+// writes exactly as paho does, and by eclipse/paho.mqtt.golang's public
+// packets package for the rest, mapped to and from the neutral types.
 //
 // The transport is the caller's net.Conn; for ws:// and wss:// DialWebSocket
 // opens one through paho's WebSocket transport (websocket.go).
