@@ -56,8 +56,9 @@ type client struct {
 	outAliases map[string]uint16
 
 	pa   pendingAck // reader-only: the deferrer of the PUBLISH being routed
-	amu  sync.Mutex // guards acks (lock order: doc.go)
+	amu  sync.Mutex // guards acks and rels (lock order: doc.go)
 	acks []*ackSlot // QoS 1/2 acks waiting for a sink's verdict, in PUBLISH order
+	rels []*relSlot // PUBRELs waiting for their PUBREC's state record, in PUBREC order (handle.go)
 
 	wmu     sync.Mutex // guards the fields below
 	ctrl    []ctrlItem

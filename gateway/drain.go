@@ -4,7 +4,8 @@ package gateway
 // cancelled), a connection whose session is kept in the state store is
 // not closed at once. Its session stops sending (nothing new leaves the
 // queue) and the close waits, at most Options.ShutdownGrace, for the
-// client to acknowledge what it already received (PUBACK, PUBREC).
+// client to acknowledge what it already received (PUBACK, PUBREC,
+// PUBCOMP).
 //
 // Why: a QoS 2 PUBLISH whose PUBREC is on the wire when the connection is
 // closed is resent after the restart as a DUP PUBLISH under its packet id
@@ -17,10 +18,16 @@ package gateway
 // read during the drain is recorded, so the restart sends only the PUBREL.
 // A QoS 1 PUBACK read then spares the client a duplicate.
 //
-// A PUBREL needs no drain: a client answers every PUBREL with a PUBCOMP,
-// whether or not it still holds the id [MQTT-4.3.3-11], so a PUBREL resent
-// after the restart is harmless. Sessions that are not persistent lose
-// their state at the stop anyway and are closed at once.
+// A PUBREL sent on the connection is waited for too, until its PUBCOMP.
+// A client answers every PUBREL with a PUBCOMP, whether or not it still
+// holds the id [MQTT-4.3.3-11], so a PUBREL resent after the restart is
+// harmless; but libmosquitto 2.0 hands a QoS 2 message over only after
+// its PUBCOMP was written, and drops the message when that write fails.
+// A close right behind a PUBREL (a close with an earlier ack still unread
+// resets the connection) failed that write and lost the message: the
+// PUBREL resent after the restart finds nothing to hand over. Sessions
+// that are not persistent lose their state at the stop anyway and are
+// closed at once.
 
 import "time"
 
@@ -57,8 +64,9 @@ func (s *Server) drain(cs []*client) {
 }
 
 // startDrain stops the session sending on c and returns a channel closed
-// once nothing sent on c waits for its PUBACK or PUBREC; nil when there is
-// nothing to wait for (or the session is not c's, or not persistent).
+// once nothing sent on c waits for its PUBACK, PUBREC or PUBCOMP; nil when
+// there is nothing to wait for (or the session is not c's, or not
+// persistent).
 func (s *session) startDrain(c *client) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,16 +74,16 @@ func (s *session) startDrain(c *client) <-chan struct{} {
 		return nil
 	}
 	s.drainFor = c
-	if !s.awaitingFirstAck() {
+	if !s.awaitingAck() {
 		return nil
 	}
 	s.drained = make(chan struct{})
 	return s.drained
 }
 
-// awaitingFirstAck reports whether a message sent on the current
-// connection waits for its PUBACK or PUBREC. Caller holds s.mu.
-func (s *session) awaitingFirstAck() bool {
+// awaitingAck reports whether a message sent on the current connection
+// waits for its PUBACK, PUBREC or PUBCOMP. Caller holds s.mu.
+func (s *session) awaitingAck() bool {
 	if s.conn == nil || s.conn != s.drainFor {
 		return false
 	}
@@ -83,17 +91,17 @@ func (s *session) awaitingFirstAck() bool {
 		return true // a PUBREL is decided but not yet queued: closing now would lose it
 	}
 	for _, f := range s.inflight {
-		if !f.released && !f.resend {
-			return true
+		if !f.resend {
+			return true // sent on this connection (its PUBLISH or its PUBREL), not yet acknowledged
 		}
 	}
 	return false
 }
 
-// drainProgress ends a drain wait once the last first ack came; called
+// drainProgress ends a drain wait once the last ack came; called
 // when an ack moved the window. Caller holds s.mu.
 func (s *session) drainProgress() {
-	if s.drained != nil && !s.awaitingFirstAck() {
+	if s.drained != nil && !s.awaitingAck() {
 		close(s.drained)
 		s.drained = nil
 	}

@@ -86,14 +86,17 @@ func complete(t *testing.T, rc *rawClient, id uint16) {
 //   - publish: the PUBLISH went out and the subscriber stays silent until
 //     the stop is over: it gets the PUBLISH again, DUP, same id.
 //   - pubrec-during-stop: the subscriber's PUBREC comes while the broker
-//     stops. The stop waits for it (docs/behaviour.md, "Stopping") and
-//     keeps it: the restart sends only the PUBREL. Resending the PUBLISH
-//     instead made libmosquitto (mosquitto_sub) queue it twice under one
-//     id, deliver it twice and lose the next message sent under that id.
-//     Nothing new goes out while the broker stops.
-//   - pubrel: PUBREC came, the PUBREL went out, the PUBCOMP is held: the
-//     restart sends the PUBREL again, and a new message meanwhile takes
-//     another id.
+//     stops. The stop waits for it (docs/behaviour.md, "Stopping"), sends
+//     the PUBREL and waits for its PUBCOMP, and keeps both: the restart
+//     sends neither the PUBLISH nor the PUBREL. Resending the PUBLISH
+//     made libmosquitto (mosquitto_sub) queue it twice under one id,
+//     deliver it twice and lose the next message sent under that id; a
+//     close right behind the PUBREL made its PUBCOMP write fail, and
+//     libmosquitto then dropped the message. Nothing new goes out while
+//     the broker stops.
+//   - pubrel: PUBREC came, the PUBREL went out, the PUBCOMP is held past
+//     the grace: the restart sends the PUBREL again, and a new message
+//     meanwhile takes another id.
 func TestStopMidQoS2Flow(t *testing.T) {
 	for _, v := range []packet.Version{packet.V311, packet.V5} {
 		for _, stage := range []string{"publish", "pubrec-during-stop", "pubrel"} {
@@ -106,11 +109,11 @@ func TestStopMidQoS2Flow(t *testing.T) {
 
 func stopMidQoS2Flow(t *testing.T, v packet.Version, stage string) {
 	dir := t.TempDir()
-	// The stop of the publish stage waits out the grace for an ack that
-	// never comes; the other stages end the wait by events, and a grace of
-	// a minute keeps a slow machine from ending it first.
+	// The stops of the publish and pubrel stages wait out the grace for an
+	// ack that never comes; the other stage ends the wait by events, and a
+	// grace of a minute keeps a slow machine from ending it first.
 	grace := time.Minute
-	if stage == "publish" {
+	if stage == "publish" || stage == "pubrel" {
 		grace = 50 * time.Millisecond
 	}
 	r1 := startStateRun(t, dir, gateway.Options{ShutdownGrace: grace})
@@ -136,8 +139,12 @@ func stopMidQoS2Flow(t *testing.T, v packet.Version, stage string) {
 		testutil.Eventually(t, 10*time.Second, "the stop begins", func() bool { return gateway.Draining(r1.srv, "device") })
 		command(t, r1.srv, "late") // queued while the broker stops: not sent now
 		dev.send(&packet.Pubrec{PacketID: x})
+		if rel := expect[*packet.Pubrel](t, dev, 30*time.Second); rel.PacketID != x {
+			t.Fatalf("during the stop PUBREL %d, want %d", rel.PacketID, x)
+		}
+		dev.send(&packet.Pubcomp{PacketID: x})
 		got := dev.expectClose(30 * time.Second)
-		want := []string{"*packet.Pubrel"}
+		var want []string
 		if v == packet.V5 {
 			want = append(want, "*packet.Disconnect")
 		}
@@ -162,12 +169,12 @@ func stopMidQoS2Flow(t *testing.T, v packet.Version, stage string) {
 		}
 		complete(t, dev, x)
 	case "pubrec-during-stop":
-		rel := expect[*packet.Pubrel](t, dev, 5*time.Second)
-		if rel.PacketID != x {
-			t.Fatalf("after the restart PUBREL %d, want %d", rel.PacketID, x)
-		}
-		dev.send(&packet.Pubcomp{PacketID: x})
-		p := dev.nextPublish(5 * time.Second)
+		// The flow was complete before the close: the first packet is the
+		// message queued during the stop (a PUBREL here would be one the
+		// close had overtaken). The device holds no id any more, so ids
+		// may start again, as after a stop with nothing in flight.
+		p := expect[*packet.Publish](t, dev, 5*time.Second)
+		clear(used)
 		if string(p.Payload) != "late" || used[p.PacketID] {
 			t.Fatalf("after the restart got %q under id %d (ids held before the stop: %v)", p.Payload, p.PacketID, used)
 		}

@@ -18,14 +18,13 @@ func (c *client) handle(pk packet.Packet) error {
 	case *packet.Puback:
 		return c.acked(c.sess.ackPuback(c, p.PacketID), "PUBACK", p.PacketID)
 	case *packet.Pubrec:
-		v, sendRel, found := c.sess.ackPubrec(c, p.PacketID, p.ReasonCode)
+		v, sendRel, found, pos := c.sess.ackPubrec(c, p.PacketID, p.ReasonCode)
 		if sendRel {
 			code := packet.Success
 			if !found && c.version == packet.V5 {
 				code = packet.PacketIDNotFound
 			}
-			c.sendAck(packet.PUBREL, p.PacketID, code)
-			c.sess.relQueued()
+			c.sendRel(c.sess, p.PacketID, code, pos)
 		}
 		return c.acked(v, "PUBREC", p.PacketID)
 	case *packet.Pubrel:
@@ -102,3 +101,63 @@ func (c *client) protocolError(code packet.ReasonCode, format string, args ...an
 // on, so a DISCONNECT behind it is still seen and the will not published.
 // The takeover may not have reached drainForTakeover yet when this runs.
 func (c *client) lostSession() error { return nil }
+
+// relSlot is a PUBREL waiting for the state record of its PUBREC.
+type relSlot struct {
+	id   uint16
+	code packet.ReasonCode
+	done bool
+}
+
+// sendRel queues the PUBREL of sess's id once the record at pos (its
+// PUBREC: only the PUBREL is due) is kept, behind every PUBREL before it
+// on c: PUBRELs go in the order of their PUBRECs [MQTT-4.6.0-3]. After
+// the PUBREL the receiver may complete and forget the id; a restart that
+// still found the message unreleased would send the PUBLISH again, and
+// the receiver would take it for a new one. Without a state store it is
+// queued at once. relQueued tells the drain once it is (drain.go).
+func (c *client) sendRel(sess *session, id uint16, code packet.ReasonCode, pos uint64) {
+	if c.srv.state == nil {
+		c.sendAck(packet.PUBREL, id, code)
+		sess.relQueued()
+		return
+	}
+	r := &relSlot{id: id, code: code}
+	c.amu.Lock()
+	c.rels = append(c.rels, r)
+	c.amu.Unlock()
+	// Not kept (a failed store): sent all the same, as a PUBCOMP is;
+	// withholding it would stall the flow for the whole connection.
+	c.srv.state.WhenDurable(pos, func(error) { c.relDone(sess, r) })
+}
+
+// relDone queues every PUBREL at the head of c's line that is now kept.
+// Called on the reader or the store's flusher, with no gateway lock held.
+func (c *client) relDone(sess *session, r *relSlot) {
+	c.wmu.Lock()
+	c.verdicts++
+	c.wmu.Unlock()
+	c.amu.Lock()
+	r.done = true
+	n := 0
+	for n < len(c.rels) && c.rels[n].done {
+		c.sendAck(packet.PUBREL, c.rels[n].id, c.rels[n].code)
+		c.rels[n] = nil
+		n++
+	}
+	c.rels = c.rels[n:]
+	if len(c.rels) == 0 {
+		c.rels = nil
+	}
+	c.amu.Unlock()
+	for range n {
+		sess.relQueued()
+	}
+	c.wmu.Lock()
+	c.verdicts--
+	held := c.held
+	c.wmu.Unlock()
+	if !held {
+		c.flushInline()
+	}
+}

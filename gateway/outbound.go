@@ -16,6 +16,7 @@ import (
 type outflight struct {
 	q        queued
 	released bool      // QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
+	relPos   uint64    // QoS 2: the state record of its PUBREC, which its PUBREL waits for (0: none)
 	resend   bool      // must be sent again on the current connection
 	sent     time.Time // first sent (flow control: how long it waits for its ack)
 }
@@ -242,36 +243,37 @@ func (s *session) ackPuback(c *client, id uint16) ackVerdict {
 }
 
 // ackPubrec handles PUBREC: sendRel when a PUBREL must be sent (also for an
-// id not in flight, answered PUBREL "not found" in v5). A v5 PUBREC with an
-// error reason ends the exchange. A PUBREC for a QoS 1 message is the wrong
-// kind of acknowledgement.
-func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVerdict, sendRel, found bool) {
+// id not in flight, answered PUBREL "not found" in v5), once the state
+// record at pos is kept (0: none; see sendRel). A v5 PUBREC with an error
+// reason ends the exchange. A PUBREC for a QoS 1 message is the wrong kind
+// of acknowledgement.
+func (s *session) ackPubrec(c *client, id uint16, rc packet.ReasonCode) (v ackVerdict, sendRel, found bool, pos uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != c {
-		return ackIgnored, false, false
+		return ackIgnored, false, false, 0
 	}
 	f := s.inflight[id]
 	if f == nil {
 		s.relOwed++
-		return ackIgnored, true, false
+		return ackIgnored, true, false, 0
 	}
 	if f.q.qos != 2 {
-		return ackWrongKind, false, true
+		return ackWrongKind, false, true, 0
 	}
 	if rc.IsError() {
 		s.forget(id, f)
-		return ackMoved, false, true
+		return ackMoved, false, true, 0
 	}
 	if !f.released {
 		f.released = true
 		s.charge(-f.q.msg.size()) // the payload is no longer needed once PUBREC arrived
-		s.persistReleased(f.q)
+		f.relPos = s.persistReleased(f.q)
 	}
 	// A drain ends once this PUBREL is queued (relQueued), not now: a
 	// close before it is queued would send nothing.
 	s.relOwed++
-	return ackIgnored, true, true
+	return ackIgnored, true, true, f.relPos
 }
 
 // relQueued is called after every PUBREL that ackPubrec said to send is

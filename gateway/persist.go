@@ -99,11 +99,13 @@ func (s *session) persistSent(q queued, id uint16) {
 	}
 }
 
-// persistReleased records PUBREC: only the PUBREL is due. Caller holds s.mu.
-func (s *session) persistReleased(q queued) {
+// persistReleased records PUBREC: only the PUBREL is due. It returns the
+// record's position (0 when nothing was written). Caller holds s.mu.
+func (s *session) persistReleased(q queued) uint64 {
 	if s.persisted && q.seq != 0 && q.qos == 2 {
-		s.srv.state.QReleased(s.id, q.seq)
+		return s.srv.state.QReleased(s.id, q.seq)
 	}
+	return 0
 }
 
 // persistSub records a subscription; 0 when nothing was written. Caller
