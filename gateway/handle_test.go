@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgegw/edgegw/gateway"
 	"github.com/edgegw/edgegw/gateway/packet"
+	"github.com/edgegw/edgegw/gateway/store"
 	"github.com/edgegw/edgegw/internal/testutil"
 )
 
@@ -55,6 +56,53 @@ func TestWrongAcknowledgementIsProtocolError(t *testing.T) {
 				}
 				testutil.Eventually(t, 10*time.Second, "protocol error counted", func() bool { return closes(b, "protocol_error") > before })
 			})
+		}
+	}
+}
+
+// A PUBREL to a persistent session goes out only once the record of its
+// PUBREC is on disk: after the PUBREL the device may complete and forget
+// the id, and a restart that had lost the record would send the PUBLISH
+// again, which the device would take for a new message. A kill -9 the
+// moment the PUBREL arrives (a crash copy taken then) restarts with the
+// flow released: the device is sent the PUBREL again, not the PUBLISH.
+func TestPubrelWaitsForItsRecord(t *testing.T) {
+	dir := t.TempDir()
+	// A long commit window: a PUBREL sent at once would arrive long
+	// before the PUBREC's record is written.
+	b, _ := stateBrokerWindow(t, dir, store.SyncBatch, 300*time.Millisecond)
+	dev, _ := rawConnect(t, b.addr, packet.V5, "device", true, withExpiry(3600))
+	dev.subscribe(1, packet.Properties{}, packet.Subscription{Filter: "cmd/#", QoS: 2})
+	pub, _ := rawConnect(t, b.addr, packet.V5, "pub", true, nil)
+	const n = 3
+	for i := range n {
+		pub.send(&packet.Publish{QoS: 2, PacketID: uint16(i + 1), Topic: "cmd/x", Payload: []byte(fmt.Sprint("c", i))})
+		expect[*packet.Pubrec](t, pub, 10*time.Second)
+	}
+	var ids []uint16
+	for range n {
+		p := dev.nextPublish(10 * time.Second)
+		ids = append(ids, p.PacketID)
+		dev.send(&packet.Pubrec{PacketID: p.PacketID})
+	}
+	for i := range n { // in PUBREC order
+		if r := expect[*packet.Pubrel](t, dev, 10*time.Second); r.PacketID != ids[i] {
+			t.Fatalf("PUBREL %d for id %d, want %d", i, r.PacketID, ids[i])
+		}
+	}
+	crashed := crashCopy(t, dir)
+	dev.close()
+
+	b2, _ := stateBroker(t, crashed, store.SyncBatch)
+	dev2, _ := rawConnect(t, b2.addr, packet.V5, "device", false, withExpiry(3600))
+	for i := range n {
+		switch p := dev2.next(10 * time.Second).(type) {
+		case *packet.Pubrel:
+			if p.PacketID != ids[i] {
+				t.Fatalf("after the crash: PUBREL for id %d, want %d", p.PacketID, ids[i])
+			}
+		default:
+			t.Fatalf("after the crash the device got %T %+v, want the PUBREL of id %d", p, p, ids[i])
 		}
 	}
 }
