@@ -399,6 +399,54 @@ func TestAckWatchdog(t *testing.T) {
 	})
 }
 
+// TestAckWatchdogBehindAnOlderFlow: the oldest unfinished flow is a QoS 2
+// one whose PUBREC came (its PUBCOMP is lost), and the link was alive
+// after it (a later QoS 1 was acknowledged). The link then goes silent
+// with a new publish unanswered: the watchdog ends it after ack_timeout,
+// judged by that publish, not by the old flow read past long ago.
+func TestAckWatchdogBehindAnOlderFlow(t *testing.T) {
+	versions(t, func(t *testing.T, v packet.Version) {
+		cfg := config(v)
+		cfg.KeepAlive, cfg.AckTimeout = 60*time.Second, time.Second
+		r := startProxied(t, cfg, "")
+		comps := make(chan struct{}, 1)
+		r.px.Filter(testutil.Down, func(pkt []byte) testutil.Verdict {
+			if pkt[0]>>4 == 7 { // PUBCOMP: lost, after its PUBREL went out
+				select {
+				case comps <- struct{}{}:
+				default:
+				}
+				return testutil.Drop
+			}
+			return testutil.Pass
+		})
+		r.px.Cut() // the filter reads connections made from now on
+		r.l = connect(t, r.e, r.px.Addr())
+		if _, err := r.l.Publish(context.Background(), 2, msg(2)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-comps:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no PUBCOMP from upstream")
+		}
+		f, err := r.l.Publish(context.Background(), 3, msg(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-f.Done(): // read after the QoS 2 flow's PUBREL
+		case <-time.After(10 * time.Second):
+			t.Fatal("no PUBACK for the QoS 1 publish")
+		}
+		r.px.Freeze()
+		if _, err := r.l.Publish(context.Background(), 5, msg(5)); err != nil {
+			t.Fatal(err)
+		}
+		linkEnds(t, r.l, cfg.AckTimeout+2*time.Second, session.ErrWatchdog)
+	})
+}
+
 // gatewayBroker is the gateway's own broker on a TCP listener: unlike
 // Debian's mosquitto 2.0.11, which closes the socket of a connection
 // another one took over, it sends an MQTT 5 client DISCONNECT 0x8E first.

@@ -9,9 +9,12 @@ package session
 // all was read for 1.5 times the keepalive is dead. A stuck write is the
 // writer's: wire breaks the connection within the write timeout.
 //
-// Ack watchdog: if the oldest unacknowledged publish is older than
-// ack_timeout and nothing was read from upstream since it was sent, the
-// link is torn down. The goroutine sleeps until the next of these
+// Ack watchdog: if an unacknowledged publish is older than ack_timeout
+// and nothing was read from upstream since it was sent, the link is torn
+// down. It looks at the oldest publish sent after the last read, not at
+// the oldest of all: in a drain the oldest is often a QoS 2 flow whose
+// PUBREC came long ago, and a link that went dead behind it must still
+// be found by the newer ones. The goroutine sleeps until the next of these
 // deadlines (at most a second, so a flow sent meanwhile is looked at).
 
 import (
@@ -65,7 +68,7 @@ func (l *Link) timerLoop() {
 				}
 			}
 		}
-		if sent, ok := e.oldestSent(); ok && lastRead.Before(sent) {
+		if sent, ok := e.oldestSentAfter(lastRead); ok {
 			trip := sent.Add(at)
 			if !now.Before(trip) {
 				l.c.Abort(ErrWatchdog)
@@ -82,13 +85,14 @@ func (l *Link) timerLoop() {
 	}
 }
 
-// oldestSent returns when the oldest unfinished flow was sent.
-func (e *Engine) oldestSent() (time.Time, bool) {
+// oldestSentAfter returns when the oldest unfinished flow sent after t
+// was sent.
+func (e *Engine) oldestSentAfter(t time.Time) (time.Time, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var oldest time.Time
 	for _, f := range e.byRec {
-		if !f.sent.IsZero() && (oldest.IsZero() || f.sent.Before(oldest)) {
+		if f.sent.After(t) && (oldest.IsZero() || f.sent.Before(oldest)) {
 			oldest = f.sent
 		}
 	}
