@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/edgegw/edgegw/bridge/session"
 )
 
 // collisionAfter is how many connections in a row must be ended by the
@@ -101,8 +103,11 @@ func (e *collisionError) Unwrap() error { return e.err }
 // a collision it logs the ERROR line (once per streak) and returns why
 // wrapped in a collisionError and true; otherwise why and false.
 func (b *Bridge) noteCollision(ctx context.Context, up time.Duration, why error, trips, writeTimeouts uint64) (error, bool) {
+	// Ends the bridge made itself are not the peer's: a reload, a request
+	// unanswered, a timeout, the keepalive finding a silent peer, the
+	// watchdog and a write timeout (their counters moved).
 	byPeer := ctx.Err() == nil && !errors.Is(why, errReload) && !errors.Is(why, errNoAnswer) &&
-		!errors.Is(why, context.DeadlineExceeded) &&
+		!errors.Is(why, context.DeadlineExceeded) && !errors.Is(why, session.ErrKeepalive) &&
 		b.trips.Load() == trips && b.writeTimeouts.Load() == writeTimeouts
 	var sd *serverDisconnect
 	takenOver := errors.As(why, &sd) && sd.rc == rcSessionTakenOver

@@ -2,10 +2,13 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/edgegw/edgegw/bridge/session"
 )
 
 // TestCollisionWatch: two connections in a row ended by the upstream
@@ -61,5 +64,18 @@ func TestQoS2QuotaEndIsNoCollision(t *testing.T) {
 	b.noteCollision(ctx, time.Second, io.EOF, 0, 0)
 	if _, named := b.noteCollision(ctx, time.Second, io.EOF, 0, 0); !named {
 		t.Fatal("two quick ends without the signature named no collision")
+	}
+}
+
+// TestKeepaliveEndIsNoCollision: connections the bridge ended itself
+// because nothing came from upstream for 1.5 keepalives (a blackholed
+// link) are not named a client id collision, however many in a row.
+func TestKeepaliveEndIsNoCollision(t *testing.T) {
+	b := &Bridge{log: slog.New(slog.DiscardHandler)}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, named := b.noteCollision(ctx, time.Second, fmt.Errorf("keepalive: %w", session.ErrKeepalive), 0, 0); named {
+			t.Fatalf("end %d, the bridge's own keepalive, named a collision", i)
+		}
 	}
 }
